@@ -1,0 +1,372 @@
+//! The command line (DESIGN §2): flags, their `LIFEGUARD_*` environment twins, the tini
+//! and dumb-init compatibility variables, and validation into `Settings`.
+#![forbid(unsafe_code)]
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{ArgAction, Parser};
+
+use crate::lifecycle;
+use crate::logging::{self, Level};
+use crate::signals::{self, Rewrites, Signal};
+
+const DURATION_FORM: &str = "a duration like 500ms, 5s, 2m or a plain number of seconds";
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "lifeguard",
+    version,
+    about = "PID 1 for containers: reaps zombies, forwards signals, drains before stopping, \
+             and kills what outlives the grace deadline.",
+    override_usage = "lifeguard [OPTIONS] [--] COMMAND [ARG...]",
+    after_help = "Every option can also be set as LIFEGUARD_<NAME> (e.g. LIFEGUARD_DRAIN_DELAY=2s); \
+                  the flag wins. See lifeguard(1)."
+)]
+struct Cli {
+    /// After SIGTERM: time spent not-ready before the stop signal is relayed
+    #[arg(long, env = "LIFEGUARD_DRAIN_DELAY", value_name = "DUR", default_value = "5s",
+          value_parser = parse_duration)]
+    drain_delay: Duration,
+
+    /// Deadline counted from SIGTERM (drain included); then SIGKILL. Must exceed the drain delay
+    #[arg(long, env = "LIFEGUARD_GRACE", value_name = "DUR", default_value = "25s",
+          value_parser = parse_duration)]
+    grace: Duration,
+
+    /// Signal only the direct child, not its process group (dumb-init -c)
+    #[arg(short = 'c', long, env = "LIFEGUARD_SINGLE_CHILD")]
+    single_child: bool,
+
+    /// Rewrite a signal before forwarding it (TERM:QUIT, 15:3; TO = 0 or DROP drops it); repeatable
+    #[arg(short = 'r', long, env = "LIFEGUARD_REWRITE", value_name = "FROM:TO",
+          value_delimiter = ',', value_parser = signals::parse_rewrite)]
+    rewrite: Vec<(Signal, Signal)>,
+
+    /// Report exit CODE as 0 (tini -e); repeatable
+    #[arg(short = 'e', long, env = "LIFEGUARD_REMAP_EXIT", value_name = "CODE",
+          value_delimiter = ',', value_parser = parse_exit_code)]
+    remap_exit: Vec<u8>,
+
+    /// Signal lifeguard gets when its parent dies (tini -p)
+    #[arg(short = 'p', long, env = "LIFEGUARD_PDEATHSIG", value_name = "SIG",
+          value_parser = parse_signal)]
+    pdeathsig: Option<Signal>,
+
+    /// Accepted for tini compatibility: lifeguard is a child subreaper whenever it is not PID 1
+    #[arg(short = 's', long, env = "LIFEGUARD_SUBREAPER")]
+    subreaper: bool,
+
+    /// Accepted for tini compatibility: signals go to the process group by default
+    #[arg(short = 'g')]
+    group: bool,
+
+    /// Log each reaped orphan (tini -w)
+    #[arg(short = 'w', long, env = "LIFEGUARD_WARN_ON_REAP")]
+    warn_on_reap: bool,
+
+    /// More log output; repeat for more (-v info, -vv debug)
+    #[arg(short = 'v', long, action = ArgAction::Count)]
+    verbose: u8,
+
+    /// Less log output: errors only
+    #[arg(short = 'q', long, action = ArgAction::Count)]
+    quiet: u8,
+
+    /// Format of lifeguard's own log lines on stderr
+    #[arg(long, env = "LIFEGUARD_LOG_FORMAT", value_name = "FORMAT", value_enum,
+          default_value = "text")]
+    log_format: logging::Format,
+
+    /// The app to supervise, and its arguments
+    #[arg(value_name = "COMMAND", trailing_var_arg = true, required = true,
+          allow_hyphen_values = true, value_parser = clap::value_parser!(OsString))]
+    command: Vec<OsString>,
+}
+
+/// Everything lifeguard needs to run, validated.
+#[derive(Debug)]
+pub struct Settings {
+    pub command: Vec<OsString>,
+    pub lifecycle: lifecycle::Config,
+    pub pdeathsig: Option<Signal>,
+    pub warn_on_reap: bool,
+    pub log_level: Level,
+    pub log_format: logging::Format,
+}
+
+/// What parsing decided: run, or stop at once with clap's message (help, version, or a
+/// usage error) and the exit code that goes with it.
+pub enum Parsed {
+    Run(Box<Settings>),
+    Exit { message: String, code: u8, to_stdout: bool },
+}
+
+/// Parses the command line and the environment (`lookup` stands in for `std::env::var`
+/// so tests need not touch the process environment).
+pub fn parse(
+    args: impl IntoIterator<Item = OsString>,
+    lookup: impl Fn(&str) -> Option<String>,
+) -> Parsed {
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(err) => {
+            let to_stdout = !err.use_stderr();
+            return Parsed::Exit {
+                message: err.render().to_string(),
+                code: if to_stdout { 0 } else { 2 },
+                to_stdout,
+            };
+        }
+    };
+    match settings(cli, &lookup) {
+        Ok(settings) => Parsed::Run(Box::new(settings)),
+        Err(message) => Parsed::Exit {
+            message: format!("error: {message}\n\nFor more information, try '--help'.\n"),
+            code: 2,
+            to_stdout: false,
+        },
+    }
+}
+
+fn settings(cli: Cli, lookup: &impl Fn(&str) -> Option<String>) -> Result<Settings, String> {
+    if cli.grace <= cli.drain_delay {
+        return Err(format!(
+            "--grace ({}) must be longer than --drain-delay ({}): the grace deadline \
+             includes the drain",
+            humantime::format_duration(cli.grace),
+            humantime::format_duration(cli.drain_delay)
+        ));
+    }
+    // dumb-init's way to ask for the child alone (its -c).
+    let single_child = cli.single_child || lookup("DUMB_INIT_SETSID").as_deref() == Some("0");
+    Ok(Settings {
+        lifecycle: lifecycle::Config {
+            drain_delay: cli.drain_delay,
+            grace: cli.grace,
+            rewrites: Rewrites::new(cli.rewrite),
+            remap_exit: cli.remap_exit,
+            group: !single_child,
+        },
+        command: cli.command,
+        pdeathsig: cli.pdeathsig,
+        warn_on_reap: cli.warn_on_reap,
+        log_level: log_level(cli.verbose, cli.quiet, lookup)?,
+        log_format: cli.log_format,
+    })
+}
+
+/// Flags first; then `LIFEGUARD_VERBOSE` (a number, like repeated -v) or
+/// `LIFEGUARD_QUIET`; then `TINI_VERBOSITY` (tini's 0-3 scale); then `DUMB_INIT_DEBUG`.
+fn log_level(verbose: u8, quiet: u8, lookup: &impl Fn(&str) -> Option<String>) -> Result<Level, String> {
+    if verbose > 0 || quiet > 0 {
+        return Ok(Level::from_verbosity(1 + verbose as i64 - quiet as i64));
+    }
+    let number = |name: &str| -> Result<Option<i64>, String> {
+        match lookup(name).filter(|v| !v.is_empty()) {
+            None => Ok(None),
+            Some(v) => v
+                .trim()
+                .parse()
+                .map(Some)
+                .map_err(|_| format!("invalid value '{v}' for {name}: expected a whole number")),
+        }
+    };
+    if let Some(n) = number("LIFEGUARD_VERBOSE")? {
+        return Ok(Level::from_verbosity(1 + n));
+    }
+    if truthy(lookup("LIFEGUARD_QUIET")) {
+        return Ok(Level::Error);
+    }
+    if let Some(n) = number("TINI_VERBOSITY")? {
+        return Ok(Level::from_verbosity(n));
+    }
+    if truthy(lookup("DUMB_INIT_DEBUG")) {
+        return Ok(Level::Debug);
+    }
+    Ok(Level::Warn)
+}
+
+fn truthy(value: Option<String>) -> bool {
+    value.is_some_and(|v| !matches!(v.trim(), "" | "0" | "false" | "no" | "off"))
+}
+
+/// `500ms`, `5s`, `2m`, `1h30m`, or a plain number of seconds (`0.5`, `10`).
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let trimmed = text.trim();
+    if let Ok(secs) = trimmed.parse::<f64>() {
+        return Duration::try_from_secs_f64(secs)
+            .map_err(|_| format!("'{text}' is not {DURATION_FORM}"));
+    }
+    humantime::parse_duration(trimmed).map_err(|_| format!("'{text}' is not {DURATION_FORM}"))
+}
+
+fn parse_signal(text: &str) -> Result<Signal, String> {
+    Signal::parse(text, false)
+}
+
+fn parse_exit_code(text: &str) -> Result<u8, String> {
+    text.trim()
+        .parse()
+        .map_err(|_| format!("'{text}' is not an exit code: expected a whole number from 0 to 255"))
+}
+
+/// The clap definition, for the man page test.
+#[cfg(test)]
+pub fn command() -> clap::Command {
+    <Cli as clap::CommandFactory>::command()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn parse_with(args: &[&str], env: &[(&str, &str)]) -> Parsed {
+        let env: HashMap<String, String> =
+            env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let args = std::iter::once("lifeguard").chain(args.iter().copied()).map(OsString::from);
+        parse(args, |name| env.get(name).cloned())
+    }
+
+    fn ok(args: &[&str], env: &[(&str, &str)]) -> Settings {
+        match parse_with(args, env) {
+            Parsed::Run(s) => *s,
+            Parsed::Exit { message, .. } => panic!("{args:?} refused: {message}"),
+        }
+    }
+
+    fn usage_error(args: &[&str], env: &[(&str, &str)]) -> String {
+        match parse_with(args, env) {
+            Parsed::Run(s) => panic!("{args:?} accepted: {s:?}"),
+            Parsed::Exit { message, code, .. } => {
+                assert_eq!(code, 2, "{message}");
+                message
+            }
+        }
+    }
+
+    #[test]
+    fn defaults_follow_the_design() {
+        let s = ok(&["--", "app", "arg"], &[]);
+        assert_eq!(s.command, vec![OsString::from("app"), OsString::from("arg")]);
+        assert_eq!(s.lifecycle.drain_delay, Duration::from_secs(5));
+        assert_eq!(s.lifecycle.grace, Duration::from_secs(25));
+        assert!(s.lifecycle.group);
+        assert_eq!(s.log_level, Level::Warn);
+        assert_eq!(s.log_format, logging::Format::Text);
+    }
+
+    #[test]
+    fn the_command_keeps_its_own_flags() {
+        let s = ok(&["-c", "app", "-c", "--grace", "1"], &[]);
+        assert_eq!(s.command, ["app", "-c", "--grace", "1"].map(OsString::from));
+        assert!(!s.lifecycle.group);
+    }
+
+    #[test]
+    fn durations_accept_units_and_plain_seconds() {
+        for (text, ms) in [("500ms", 500), ("5s", 5000), ("2m", 120_000), ("1.5", 1500), ("0", 0)] {
+            assert_eq!(parse_duration(text), Ok(Duration::from_millis(ms)), "{text}");
+        }
+        assert!(parse_duration("soon").unwrap_err().contains("500ms, 5s, 2m"));
+        assert!(parse_duration("-1").is_err());
+    }
+
+    #[test]
+    fn environment_twins_apply_and_flags_win() {
+        let s = ok(&["app"], &[("LIFEGUARD_DRAIN_DELAY", "2s"), ("LIFEGUARD_GRACE", "9s")]);
+        assert_eq!(s.lifecycle.drain_delay, Duration::from_secs(2));
+        assert_eq!(s.lifecycle.grace, Duration::from_secs(9));
+        let s = ok(&["--drain-delay", "1s", "app"], &[("LIFEGUARD_DRAIN_DELAY", "2s")]);
+        assert_eq!(s.lifecycle.drain_delay, Duration::from_secs(1));
+        let s = ok(&["app"], &[("LIFEGUARD_REWRITE", "TERM:QUIT,USR1:0"), ("LIFEGUARD_REMAP_EXIT", "143,3")]);
+        assert_eq!(s.lifecycle.rewrites.apply(signals::TERM), Some(Signal(libc::SIGQUIT)));
+        assert_eq!(s.lifecycle.remap_exit, vec![143, 3]);
+        let s = ok(&["app"], &[("LIFEGUARD_SINGLE_CHILD", "true"), ("LIFEGUARD_LOG_FORMAT", "json")]);
+        assert!(!s.lifecycle.group);
+        assert_eq!(s.log_format, logging::Format::Json);
+    }
+
+    #[test]
+    fn compatibility_variables_are_honoured() {
+        assert!(!ok(&["app"], &[("DUMB_INIT_SETSID", "0")]).lifecycle.group);
+        assert!(ok(&["app"], &[("DUMB_INIT_SETSID", "1")]).lifecycle.group);
+        assert_eq!(ok(&["app"], &[("DUMB_INIT_DEBUG", "1")]).log_level, Level::Debug);
+        assert_eq!(ok(&["app"], &[("TINI_VERBOSITY", "2")]).log_level, Level::Info);
+        assert_eq!(ok(&["app"], &[("TINI_VERBOSITY", "0")]).log_level, Level::Error);
+        assert_eq!(ok(&["app"], &[("LIFEGUARD_VERBOSE", "1")]).log_level, Level::Info);
+        assert_eq!(ok(&["app"], &[("LIFEGUARD_QUIET", "1")]).log_level, Level::Error);
+        assert_eq!(ok(&["-vv", "app"], &[("TINI_VERBOSITY", "0")]).log_level, Level::Debug);
+        assert_eq!(ok(&["-q", "app"], &[]).log_level, Level::Error);
+        ok(&["-s", "-g", "app"], &[("TINI_SUBREAPER", "1"), ("TINI_KILL_PROCESS_GROUP", "1")]);
+    }
+
+    #[test]
+    fn usage_errors_name_the_flag_and_the_accepted_form() {
+        let m = usage_error(&["--drain-delay", "soon", "app"], &[]);
+        assert!(m.contains("--drain-delay") && m.contains("500ms, 5s, 2m"), "{m}");
+        let m = usage_error(&["--grace", "5s", "--drain-delay", "5s", "app"], &[]);
+        assert!(m.contains("--grace") && m.contains("--drain-delay"), "{m}");
+        let m = usage_error(&["--rewrite", "TERM=QUIT", "app"], &[]);
+        assert!(m.contains("--rewrite") && m.contains("FROM:TO"), "{m}");
+        let m = usage_error(&["-p", "SIGFOO", "app"], &[]);
+        assert!(m.contains("--pdeathsig") && m.contains("signal name"), "{m}");
+        let m = usage_error(&["-e", "256", "app"], &[]);
+        assert!(m.contains("--remap-exit") && m.contains("0 to 255"), "{m}");
+        let m = usage_error(&["--log-format", "xml", "app"], &[]);
+        assert!(m.contains("--log-format") && m.contains("json"), "{m}");
+        let m = usage_error(&["--bogus", "app"], &[]);
+        assert!(m.contains("--bogus"), "{m}");
+        let m = usage_error(&[], &[]);
+        assert!(m.contains("COMMAND"), "{m}");
+        let m = usage_error(&["app"], &[("LIFEGUARD_GRACE", "forever")]);
+        assert!(m.contains("--grace") && m.contains("500ms"), "{m}");
+        let m = usage_error(&["app"], &[("TINI_VERBOSITY", "loud")]);
+        assert!(m.contains("TINI_VERBOSITY"), "{m}");
+    }
+
+    #[test]
+    fn help_and_version_exit_zero_on_stdout() {
+        for flag in ["--help", "--version"] {
+            match parse_with(&[flag], &[]) {
+                Parsed::Exit { code: 0, to_stdout: true, .. } => {}
+                _ => panic!("{flag} should print to stdout and exit 0"),
+            }
+        }
+    }
+
+    /// The man page must document every flag, its short form and its environment twin.
+    #[test]
+    fn man_page_documents_every_flag() {
+        let man = include_str!("../man/lifeguard.1");
+        let cmd = command();
+        let mut missing = Vec::new();
+        for arg in cmd.get_arguments() {
+            if let Some(long) = arg.get_long() {
+                if !man.contains(&format!("\\-\\-{}", long.replace('-', "\\-"))) {
+                    missing.push(format!("--{long}"));
+                }
+            }
+            if let Some(short) = arg.get_short() {
+                if !man.contains(&format!("\\-{short}")) {
+                    missing.push(format!("-{short}"));
+                }
+            }
+            if let Some(env) = arg.get_env() {
+                let env = env.to_string_lossy();
+                if !man.contains(&*env) {
+                    missing.push(env.into_owned());
+                }
+            }
+        }
+        for env in ["LIFEGUARD_VERBOSE", "LIFEGUARD_QUIET", "TINI_SUBREAPER", "TINI_KILL_PROCESS_GROUP",
+            "TINI_VERBOSITY", "DUMB_INIT_SETSID", "DUMB_INIT_DEBUG"]
+        {
+            if !man.contains(env) {
+                missing.push(env.to_string());
+            }
+        }
+        assert!(missing.is_empty(), "man/lifeguard.1 does not document: {missing:?}");
+    }
+}

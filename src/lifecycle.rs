@@ -1,0 +1,516 @@
+//! The lifecycle as a pure state machine (DESIGN §3): `on(event, now) -> actions` and
+//! `deadline()`; no I/O, so every rule is a row in the table test below.
+#![forbid(unsafe_code)]
+
+use std::time::{Duration, Instant};
+
+use crate::signals::{Rewrites, Signal, KILL, TERM};
+
+/// How long lifeguard keeps reaping after it has sent SIGKILL before it gives up on a
+/// process stuck in the kernel (uninterruptible sleep) and exits anyway: it must never
+/// hang after the app is gone.
+pub const KILL_WAIT: Duration = Duration::from_secs(2);
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub drain_delay: Duration,
+    pub grace: Duration,
+    pub rewrites: Rewrites,
+    pub remap_exit: Vec<u8>,
+    /// Signals go to the app's whole process group (the default) rather than the child.
+    pub group: bool,
+}
+
+/// What observers (the HTTP endpoint, logs) see of the lifecycle.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Starting,
+    Running,
+    Draining,
+    Stopping,
+    Exited,
+}
+
+/// How the app (the direct child) ended, as `waitpid` reported it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AppStatus {
+    Exited(u8),
+    Killed(Signal),
+}
+
+impl AppStatus {
+    /// The shell convention: the exit code, or 128+N for death by signal N.
+    pub fn code(self) -> u8 {
+        match self {
+            AppStatus::Exited(code) => code,
+            AppStatus::Killed(sig) => (128 + sig.0) as u8,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Event {
+    /// A signal lifeguard itself received (SIGCHLD is turned into reaping, not this).
+    Signal(Signal),
+    /// The app check passed for the first time.
+    AppReady,
+    AppExited(AppStatus),
+    /// `waitpid` says lifeguard has no children left: nothing it answers for still runs.
+    NoChildrenLeft,
+    /// Nothing happened but time passed (the deadline's timer fired).
+    Tick,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Send to the app (its group, or the child alone). `relay` marks the stop signal
+    /// relayed at the end of the drain, for the log.
+    Forward { signal: Signal, relay: bool },
+    /// The app has exited: signal what is left of its group and every other descendant;
+    /// `spare_app_group` when the group already got the stop signal.
+    SignalRemaining {
+        signal: Signal,
+        spare_app_group: bool,
+    },
+    /// The grace deadline: SIGKILL every process lifeguard answers for.
+    KillAll,
+    Exit(u8),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Starting,
+    Running,
+    Draining {
+        relay_at: Instant,
+        kill_at: Instant,
+    },
+    /// Stop signal relayed; waiting for the app. After `killed`, `kill_at` is when
+    /// lifeguard gives up waiting for it.
+    Stopping { kill_at: Instant, killed: bool },
+    /// The app has exited with `code`; waiting for the rest of what it started.
+    Reaping {
+        code: u8,
+        kill_at: Instant,
+        killed: bool,
+        stop_relayed: bool,
+    },
+    Exited(u8),
+}
+
+#[derive(Debug)]
+pub struct Lifecycle {
+    config: Config,
+    state: State,
+}
+
+impl Lifecycle {
+    pub fn new(config: Config) -> Self {
+        Lifecycle {
+            config,
+            state: State::Starting,
+        }
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    pub fn phase(&self) -> Phase {
+        match self.state {
+            State::Starting => Phase::Starting,
+            State::Running => Phase::Running,
+            State::Draining { .. } => Phase::Draining,
+            State::Stopping { .. } => Phase::Stopping,
+            State::Reaping { .. } | State::Exited(_) => Phase::Exited,
+        }
+    }
+
+    /// When the next time-driven step is due, if any; the loop sleeps until then.
+    pub fn deadline(&self) -> Option<Instant> {
+        match self.state {
+            State::Draining { relay_at, .. } => Some(relay_at),
+            State::Stopping { kill_at, .. } | State::Reaping { kill_at, .. } => Some(kill_at),
+            _ => None,
+        }
+    }
+
+    pub fn on(&mut self, event: Event, now: Instant) -> Vec<Action> {
+        let mut actions = Vec::new();
+        match event {
+            Event::Signal(TERM) => self.on_term(now, &mut actions),
+            Event::Signal(signal) => self.forward(signal, false, &mut actions),
+            Event::AppReady => {
+                if self.state == State::Starting {
+                    self.state = State::Running;
+                }
+            }
+            Event::AppExited(status) => self.on_app_exit(status, now, &mut actions),
+            Event::NoChildrenLeft => {
+                if let State::Reaping { code, .. } = self.state {
+                    self.exit(code, &mut actions);
+                }
+            }
+            Event::Tick => {}
+        }
+        self.advance(now, &mut actions);
+        actions
+    }
+
+    fn on_term(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        match self.state {
+            State::Starting | State::Running => {
+                let kill_at = now + self.config.grace;
+                self.state = State::Draining {
+                    relay_at: now + self.config.drain_delay,
+                    kill_at,
+                };
+                // A zero drain relays in `advance`, in this same step.
+            }
+            // A second SIGTERM cuts the drain short.
+            State::Draining { kill_at, .. } => self.relay_stop(kill_at, actions),
+            // Past the drain every SIGTERM is passed on like any other signal.
+            State::Stopping { .. } | State::Reaping { .. } => self.forward(TERM, false, actions),
+            State::Exited(_) => {}
+        }
+    }
+
+    fn on_app_exit(&mut self, status: AppStatus, now: Instant, actions: &mut Vec<Action>) {
+        let code = status.code();
+        let code = if self.config.remap_exit.contains(&code) { 0 } else { code };
+        let (kill_at, killed, stop_relayed) = match self.state {
+            State::Starting | State::Running => (now + self.config.grace, false, false),
+            State::Draining { kill_at, .. } => (kill_at, false, false),
+            State::Stopping { kill_at, killed } => (kill_at, killed, true),
+            State::Reaping { .. } | State::Exited(_) => return,
+        };
+        if !killed {
+            actions.push(Action::SignalRemaining {
+                signal: TERM,
+                spare_app_group: stop_relayed && self.config.group,
+            });
+        }
+        self.state = State::Reaping {
+            code,
+            kill_at,
+            killed,
+            stop_relayed,
+        };
+    }
+
+    fn relay_stop(&mut self, kill_at: Instant, actions: &mut Vec<Action>) {
+        self.forward(TERM, true, actions);
+        self.state = State::Stopping {
+            kill_at,
+            killed: false,
+        };
+    }
+
+    fn forward(&self, received: Signal, relay: bool, actions: &mut Vec<Action>) {
+        let running = !matches!(self.state, State::Exited(_));
+        if let (true, Some(signal)) = (running, self.config.rewrites.apply(received)) {
+            actions.push(Action::Forward { signal, relay });
+        }
+    }
+
+    fn exit(&mut self, code: u8, actions: &mut Vec<Action>) {
+        self.state = State::Exited(code);
+        actions.push(Action::Exit(code));
+    }
+
+    /// Takes every step whose time has come; several can be due at once when the loop
+    /// woke late (e.g. the container was paused).
+    fn advance(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        while let Some(due) = self.deadline().filter(|due| *due <= now) {
+            match self.state {
+                State::Draining { kill_at, .. } => self.relay_stop(kill_at, actions),
+                State::Stopping { killed: false, .. } => {
+                    actions.push(Action::KillAll);
+                    self.state = State::Stopping {
+                        kill_at: due.max(now) + KILL_WAIT,
+                        killed: true,
+                    };
+                }
+                // SIGKILL did not take the app within KILL_WAIT: report it as killed.
+                State::Stopping { killed: true, .. } => {
+                    let code = AppStatus::Killed(KILL).code();
+                    let code = if self.config.remap_exit.contains(&code) { 0 } else { code };
+                    self.exit(code, actions);
+                }
+                State::Reaping {
+                    code,
+                    killed: false,
+                    stop_relayed,
+                    ..
+                } => {
+                    actions.push(Action::KillAll);
+                    self.state = State::Reaping {
+                        code,
+                        kill_at: now + KILL_WAIT,
+                        killed: true,
+                        stop_relayed,
+                    };
+                }
+                State::Reaping { code, .. } => self.exit(code, actions),
+                State::Starting | State::Running | State::Exited(_) => break,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::signals::{parse_rewrite, HUP, INT};
+    use Action::*;
+    use Event::*;
+
+    const DRAIN: u64 = 5;
+    const GRACE: u64 = 25;
+    const QUIT: Signal = Signal(libc::SIGQUIT);
+
+    fn config() -> Config {
+        Config {
+            drain_delay: Duration::from_secs(DRAIN),
+            grace: Duration::from_secs(GRACE),
+            rewrites: Rewrites::default(),
+            remap_exit: vec![],
+            group: true,
+        }
+    }
+
+    fn fwd(signal: Signal) -> Action {
+        Forward {
+            signal,
+            relay: false,
+        }
+    }
+
+    fn relay(signal: Signal) -> Action {
+        Forward {
+            signal,
+            relay: true,
+        }
+    }
+
+    fn remaining(spare_app_group: bool) -> Action {
+        SignalRemaining {
+            signal: TERM,
+            spare_app_group,
+        }
+    }
+
+    /// One row: at second `at`, `event` arrives; the machine answers `actions` and is then
+    /// in `phase` with its deadline at second `deadline`.
+    type Row = (f64, Event, Vec<Action>, Phase, Option<f64>);
+
+    fn run_table(config: Config, rows: Vec<Row>) {
+        let t0 = Instant::now();
+        let secs = |s: f64| t0 + Duration::from_secs_f64(s);
+        let mut machine = Lifecycle::new(config);
+        for (i, (at, event, actions, phase, deadline)) in rows.into_iter().enumerate() {
+            let got = machine.on(event, secs(at));
+            assert_eq!(got, actions, "row {i}: {event:?} at {at}s");
+            assert_eq!(machine.phase(), phase, "row {i}: phase after {event:?}");
+            assert_eq!(machine.deadline(), deadline.map(secs), "row {i}: deadline");
+        }
+    }
+
+    #[test]
+    fn sigterm_drains_then_relays_then_kills_at_the_grace_deadline() {
+        let d = DRAIN as f64;
+        let g = GRACE as f64;
+        run_table(
+            config(),
+            vec![
+                (0.0, AppReady, vec![], Phase::Running, None),
+                (10.0, Signal(TERM), vec![], Phase::Draining, Some(10.0 + d)),
+                // The app keeps running and other signals still pass during the drain.
+                (11.0, Signal(HUP), vec![fwd(HUP)], Phase::Draining, Some(10.0 + d)),
+                (11.5, Signal(INT), vec![fwd(INT)], Phase::Draining, Some(10.0 + d)),
+                (12.0, Tick, vec![], Phase::Draining, Some(10.0 + d)),
+                (10.0 + d, Tick, vec![relay(TERM)], Phase::Stopping, Some(10.0 + g)),
+                (20.0, Signal(TERM), vec![fwd(TERM)], Phase::Stopping, Some(10.0 + g)),
+                (10.0 + g, Tick, vec![KillAll], Phase::Stopping, Some(12.0 + g)),
+                (
+                    10.1 + g,
+                    AppExited(AppStatus::Killed(KILL)),
+                    vec![],
+                    Phase::Exited,
+                    Some(12.0 + g),
+                ),
+                (10.1 + g, NoChildrenLeft, vec![Exit(137)], Phase::Exited, None),
+                // Nothing is forwarded once lifeguard has exited.
+                (10.2 + g, Signal(HUP), vec![], Phase::Exited, None),
+            ],
+        );
+    }
+
+    #[test]
+    fn a_second_sigterm_relays_at_once_and_the_app_exit_ends_it() {
+        run_table(
+            config(),
+            vec![
+                (0.0, Signal(TERM), vec![], Phase::Draining, Some(5.0)),
+                (1.0, Signal(TERM), vec![relay(TERM)], Phase::Stopping, Some(25.0)),
+                (
+                    2.0,
+                    AppExited(AppStatus::Exited(0)),
+                    vec![remaining(true)],
+                    Phase::Exited,
+                    Some(25.0),
+                ),
+                (2.1, NoChildrenLeft, vec![Exit(0)], Phase::Exited, None),
+            ],
+        );
+    }
+
+    #[test]
+    fn zero_drain_relays_in_the_same_step() {
+        let mut cfg = config();
+        cfg.drain_delay = Duration::ZERO;
+        run_table(
+            cfg,
+            vec![(3.0, Signal(TERM), vec![relay(TERM)], Phase::Stopping, Some(28.0))],
+        );
+    }
+
+    #[test]
+    fn rewrites_apply_to_forwarding_and_to_the_relayed_stop_signal() {
+        let mut cfg = config();
+        cfg.rewrites = Rewrites::new(vec![
+            parse_rewrite("TERM:QUIT").unwrap(),
+            parse_rewrite("HUP:DROP").unwrap(),
+        ]);
+        run_table(
+            cfg,
+            vec![
+                (0.0, Signal(HUP), vec![], Phase::Starting, None),
+                (0.0, Signal(TERM), vec![], Phase::Draining, Some(5.0)),
+                (5.0, Tick, vec![relay(QUIT)], Phase::Stopping, Some(25.0)),
+            ],
+        );
+    }
+
+    #[test]
+    fn app_exit_while_running_terms_the_rest_and_waits_the_grace_from_the_exit() {
+        run_table(
+            config(),
+            vec![
+                (0.0, AppReady, vec![], Phase::Running, None),
+                (
+                    7.0,
+                    AppExited(AppStatus::Exited(3)),
+                    vec![remaining(false)],
+                    Phase::Exited,
+                    Some(32.0),
+                ),
+                // A signal now goes to whatever is left of the group.
+                (8.0, Signal(HUP), vec![fwd(HUP)], Phase::Exited, Some(32.0)),
+                // A SIGTERM after the exit does not move the deadline.
+                (9.0, Signal(TERM), vec![fwd(TERM)], Phase::Exited, Some(32.0)),
+                (32.0, Tick, vec![KillAll], Phase::Exited, Some(34.0)),
+                (32.5, NoChildrenLeft, vec![Exit(3)], Phase::Exited, None),
+            ],
+        );
+    }
+
+    #[test]
+    fn app_exit_during_the_drain_keeps_the_deadline_already_running() {
+        run_table(
+            config(),
+            vec![
+                (0.0, Signal(TERM), vec![], Phase::Draining, Some(5.0)),
+                (
+                    1.0,
+                    AppExited(AppStatus::Killed(TERM)),
+                    vec![remaining(false)],
+                    Phase::Exited,
+                    Some(25.0),
+                ),
+                (1.0, NoChildrenLeft, vec![Exit(143)], Phase::Exited, None),
+            ],
+        );
+    }
+
+    #[test]
+    fn single_child_mode_terms_the_whole_group_after_the_exit() {
+        let mut cfg = config();
+        cfg.group = false;
+        cfg.drain_delay = Duration::ZERO;
+        run_table(
+            cfg,
+            vec![
+                (0.0, Signal(TERM), vec![relay(TERM)], Phase::Stopping, Some(25.0)),
+                (
+                    1.0,
+                    AppExited(AppStatus::Exited(0)),
+                    vec![remaining(false)],
+                    Phase::Exited,
+                    Some(25.0),
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn survivors_of_sigkill_do_not_hold_lifeguard_forever() {
+        run_table(
+            config(),
+            vec![
+                (0.0, AppExited(AppStatus::Exited(0)), vec![remaining(false)], Phase::Exited, Some(25.0)),
+                (25.0, Tick, vec![KillAll], Phase::Exited, Some(27.0)),
+                (27.0, Tick, vec![Exit(0)], Phase::Exited, None),
+            ],
+        );
+        // The app itself unkillable (stuck in the kernel): exit as killed.
+        run_table(
+            config(),
+            vec![
+                (0.0, Signal(TERM), vec![], Phase::Draining, Some(5.0)),
+                (30.0, Tick, vec![relay(TERM), KillAll], Phase::Stopping, Some(32.0)),
+                (32.0, Tick, vec![Exit(137)], Phase::Exited, None),
+            ],
+        );
+    }
+
+    #[test]
+    fn remapped_exit_codes_become_zero() {
+        let mut cfg = config();
+        cfg.remap_exit = vec![143, 3];
+        run_table(
+            cfg.clone(),
+            vec![
+                (0.0, AppExited(AppStatus::Killed(TERM)), vec![remaining(false)], Phase::Exited, Some(25.0)),
+                (0.0, NoChildrenLeft, vec![Exit(0)], Phase::Exited, None),
+            ],
+        );
+        run_table(
+            cfg,
+            vec![
+                (0.0, AppExited(AppStatus::Exited(4)), vec![remaining(false)], Phase::Exited, Some(25.0)),
+                (0.0, NoChildrenLeft, vec![Exit(4)], Phase::Exited, None),
+            ],
+        );
+    }
+
+    #[test]
+    fn no_children_left_before_the_app_exits_changes_nothing() {
+        run_table(
+            config(),
+            vec![
+                (0.0, NoChildrenLeft, vec![], Phase::Starting, None),
+                (0.0, AppReady, vec![], Phase::Running, None),
+                (1.0, AppReady, vec![], Phase::Running, None),
+            ],
+        );
+    }
+
+    #[test]
+    fn app_status_codes_follow_the_shell_convention() {
+        assert_eq!(AppStatus::Exited(0).code(), 0);
+        assert_eq!(AppStatus::Exited(255).code(), 255);
+        assert_eq!(AppStatus::Killed(KILL).code(), 137);
+        assert_eq!(AppStatus::Killed(Signal(64)).code(), 192);
+    }
+}

@@ -1,0 +1,210 @@
+//! lifeguard's own log lines on stderr (DESIGN §7): `lifeguard: ...` text or one JSON
+//! object per line. A failed write (closed stderr, broken pipe) is dropped silently:
+//! logging must never stop supervision.
+#![forbid(unsafe_code)]
+
+use std::fmt::{self, Display, Write as _};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::time::SystemTime;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Level {
+    Error = 0,
+    Warn = 1,
+    Info = 2,
+    Debug = 3,
+    Trace = 4,
+}
+
+impl Level {
+    /// 0 = errors only, 1 = warnings (the default), 2 = info, 3 = debug, 4+ = trace: the
+    /// same scale as `TINI_VERBOSITY`.
+    pub fn from_verbosity(n: i64) -> Level {
+        match n {
+            i64::MIN..=0 => Level::Error,
+            1 => Level::Warn,
+            2 => Level::Info,
+            3 => Level::Debug,
+            _ => Level::Trace,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Level::Error => "error",
+            Level::Warn => "warning",
+            Level::Info => "info",
+            Level::Debug => "debug",
+            Level::Trace => "trace",
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    Text,
+    Json,
+}
+
+static LEVEL: AtomicU8 = AtomicU8::new(Level::Warn as u8);
+static JSON: AtomicBool = AtomicBool::new(false);
+
+pub fn init(level: Level, format: Format) {
+    LEVEL.store(level as u8, Ordering::Relaxed);
+    JSON.store(format == Format::Json, Ordering::Relaxed);
+}
+
+pub fn enabled(level: Level) -> bool {
+    level as u8 <= LEVEL.load(Ordering::Relaxed)
+}
+
+/// A key and value logged with a message: `pid=12` in text, `"pid":12` in JSON.
+pub type Field<'a> = (&'a str, &'a dyn Display);
+
+pub fn error(msg: impl Display, fields: &[Field]) {
+    log(Level::Error, msg, fields)
+}
+pub fn warn(msg: impl Display, fields: &[Field]) {
+    log(Level::Warn, msg, fields)
+}
+pub fn info(msg: impl Display, fields: &[Field]) {
+    log(Level::Info, msg, fields)
+}
+pub fn debug(msg: impl Display, fields: &[Field]) {
+    log(Level::Debug, msg, fields)
+}
+
+pub fn log(level: Level, msg: impl Display, fields: &[Field]) {
+    if !enabled(level) {
+        return;
+    }
+    let line = if JSON.load(Ordering::Relaxed) {
+        json_line(level, &msg, fields, SystemTime::now())
+    } else {
+        text_line(level, &msg, fields)
+    };
+    // One write per line so lines from lifeguard and the app never interleave mid-line;
+    // the error is ignored on purpose (see the module note).
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
+
+fn text_line(level: Level, msg: &dyn Display, fields: &[Field]) -> String {
+    let mut line = String::from("lifeguard: ");
+    if level <= Level::Warn {
+        let _ = write!(line, "{}: ", level.name());
+    }
+    let _ = write!(line, "{msg}");
+    for (key, value) in fields {
+        let value = value.to_string();
+        if value.is_empty() || value.contains(char::is_whitespace) || value.contains('"') {
+            let _ = write!(line, " {key}={value:?}");
+        } else {
+            let _ = write!(line, " {key}={value}");
+        }
+    }
+    line.push('\n');
+    line
+}
+
+fn json_line(level: Level, msg: &dyn Display, fields: &[Field], now: SystemTime) -> String {
+    let mut line = String::from("{");
+    let _ = write!(
+        line,
+        "\"time\":\"{}\",\"level\":\"{}\",\"msg\":",
+        humantime::format_rfc3339_millis(now),
+        level.name()
+    );
+    json_string(&mut line, &msg.to_string());
+    for (key, value) in fields {
+        line.push(',');
+        json_string(&mut line, key);
+        line.push(':');
+        let value = value.to_string();
+        if is_json_integer(&value) {
+            line.push_str(&value);
+        } else {
+            json_string(&mut line, &value);
+        }
+    }
+    line.push_str("}\n");
+    line
+}
+
+fn is_json_integer(s: &str) -> bool {
+    let digits = s.strip_prefix('-').unwrap_or(s);
+    !digits.is_empty()
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'))
+}
+
+fn json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+/// Displays a list as `a,b,c` in a log field.
+pub struct Joined<'a, T: Display>(pub &'a [T]);
+
+impl<T: Display> Display for Joined<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, item) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_char(',')?;
+            }
+            write!(f, "{item}")?;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn text_lines_carry_the_prefix_and_fields() {
+        let line = text_line(Level::Info, &"app started", &[("pid", &42), ("cmd", &"sh -c x")]);
+        assert_eq!(line, "lifeguard: app started pid=42 cmd=\"sh -c x\"\n");
+        let line = text_line(Level::Warn, &"no endpoint", &[]);
+        assert_eq!(line, "lifeguard: warning: no endpoint\n");
+    }
+
+    #[test]
+    fn json_lines_are_one_object_with_typed_values() {
+        let at = UNIX_EPOCH + Duration::from_millis(1_700_000_000_123);
+        let line = json_line(
+            Level::Info,
+            &"say \"hi\"\n",
+            &[("pid", &7), ("signal", &"SIGTERM"), ("code", &"007")],
+            at,
+        );
+        assert_eq!(
+            line,
+            "{\"time\":\"2023-11-14T22:13:20.123Z\",\"level\":\"info\",\"msg\":\"say \\\"hi\\\"\\n\",\
+             \"pid\":7,\"signal\":\"SIGTERM\",\"code\":\"007\"}\n"
+        );
+    }
+
+    #[test]
+    fn verbosity_scale_matches_tini() {
+        assert_eq!(Level::from_verbosity(0), Level::Error);
+        assert_eq!(Level::from_verbosity(1), Level::Warn);
+        assert_eq!(Level::from_verbosity(2), Level::Info);
+        assert_eq!(Level::from_verbosity(9), Level::Trace);
+    }
+}

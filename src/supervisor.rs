@@ -1,0 +1,242 @@
+//! The one supervision loop: takes signals from the inbox, reaps, feeds the lifecycle
+//! machine, and carries out its actions (forward, signal the rest, kill, exit). It is the
+//! only code that waits for children or sends signals.
+#![forbid(unsafe_code)]
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use tokio::sync::watch;
+
+use crate::kernel::{self, Reaped, SignalInbox};
+use crate::lifecycle::{Action, AppStatus, Event, Lifecycle, Phase};
+use crate::logging;
+use crate::signals::{self, Signal};
+use crate::stats::Stats;
+
+/// What the rest of lifeguard (the HTTP endpoint) may observe of supervision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Status {
+    pub phase: Phase,
+    pub app_pid: i32,
+}
+
+pub struct Supervisor {
+    pub lifecycle: Lifecycle,
+    pub app_pid: i32,
+    /// Send to the app's process group (its pgid is its pid: it was started with setsid).
+    pub group: bool,
+    pub warn_on_reap: bool,
+    pub status: watch::Sender<Status>,
+    /// Turns true when the app check first passes (DESIGN §3, Starting → Running).
+    pub app_ready: watch::Receiver<bool>,
+    pub stats: Arc<Stats>,
+}
+
+impl Supervisor {
+    /// Runs until the lifecycle says exit; returns lifeguard's exit code.
+    pub async fn run(mut self, inbox: SignalInbox) -> u8 {
+        let mut events = Vec::new();
+        let mut inbox = match inbox.into_async() {
+            Ok(fd) => fd,
+            Err(err) => {
+                // Without the inbox no signal can be received: stop the app rather than
+                // run it unsupervised.
+                logging::error(format!("cannot watch the signal inbox: {err}"), &[]);
+                let _ = kernel::send(self.app_pid, signals::KILL);
+                return 125;
+            }
+        };
+        let mut ready_seen = false;
+        loop {
+            self.reap(&mut events);
+            for event in events.drain(..) {
+                if let Some(code) = self.step(event) {
+                    return code;
+                }
+            }
+            if !ready_seen && *self.app_ready.borrow() {
+                ready_seen = true;
+                if let Some(code) = self.step(Event::AppReady) {
+                    return code;
+                }
+            }
+            let deadline = self.lifecycle.deadline();
+            let sleep = tokio::time::sleep_until(
+                deadline.map_or_else(far_future, tokio::time::Instant::from_std),
+            );
+            tokio::select! {
+                biased;
+                guard = inbox.readable_mut() => {
+                    let mut guard = match guard {
+                        Ok(guard) => guard,
+                        Err(err) => {
+                            logging::error(format!("signal inbox failed: {err}"), &[]);
+                            continue;
+                        }
+                    };
+                    match guard.get_inner_mut().take_all() {
+                        Ok(received) => {
+                            guard.clear_ready();
+                            self.received(received, &mut events);
+                        }
+                        Err(err) => logging::error(format!("reading signals: {err}"), &[]),
+                    }
+                }
+                _ = sleep, if deadline.is_some() => events.push(Event::Tick),
+                changed = self.app_ready.changed(), if !ready_seen => {
+                    if changed.is_err() {
+                        // The check task ended without a verdict; stay Starting.
+                        ready_seen = true;
+                    }
+                }
+            }
+        }
+    }
+
+    fn received(&mut self, received: Vec<kernel::Received>, events: &mut Vec<Event>) {
+        let me = kernel::own_pid();
+        for kernel::Received { signal, sender } in received {
+            if signal == signals::CHLD {
+                continue; // reaping happens on every turn of the loop
+            }
+            if sender == me {
+                // Raised by lifeguard's own doing (SIGPIPE from a write to a closed
+                // stderr): not the orchestrator's, so not the app's business.
+                logging::debug("ignored a signal lifeguard raised itself", &[("signal", &signal)]);
+                continue;
+            }
+            logging::info("signal received", &[("signal", &signal), ("from", &sender)]);
+            events.push(Event::Signal(signal));
+        }
+    }
+
+    /// Takes every exited child until none is left to take.
+    fn reap(&mut self, events: &mut Vec<Event>) {
+        loop {
+            match kernel::reap_one() {
+                Reaped::Child { pid, status } if pid == self.app_pid => {
+                    logging::info(
+                        "app exited",
+                        &[("pid", &pid), ("status", &status_text(status)), ("code", &status.code())],
+                    );
+                    events.push(Event::AppExited(status));
+                }
+                Reaped::Child { pid, status } => {
+                    self.stats.zombie_reaped();
+                    if self.warn_on_reap {
+                        logging::warn("reaped zombie", &[("pid", &pid), ("status", &status_text(status))]);
+                    }
+                }
+                Reaped::NoneExited => break,
+                Reaped::NoChildren => {
+                    events.push(Event::NoChildrenLeft);
+                    break;
+                }
+            }
+        }
+    }
+
+    /// Feeds one event to the machine and carries out what it answers.
+    fn step(&mut self, event: Event) -> Option<u8> {
+        let before = self.lifecycle.phase();
+        let actions = self.lifecycle.on(event, Instant::now());
+        let after = self.lifecycle.phase();
+        if after != before {
+            self.announce(before, after);
+        }
+        let mut exit = None;
+        for action in actions {
+            match action {
+                Action::Forward { signal, relay } => self.forward(signal, relay),
+                Action::SignalRemaining {
+                    signal,
+                    spare_app_group,
+                } => self.signal_remaining(signal, spare_app_group),
+                Action::KillAll => self.kill_all(),
+                Action::Exit(code) => exit = Some(code),
+            }
+        }
+        exit
+    }
+
+    fn announce(&mut self, before: Phase, after: Phase) {
+        match after {
+            Phase::Running => logging::info("app ready", &[]),
+            Phase::Draining => logging::info(
+                "draining: not ready, stop signal relayed after the drain delay",
+                &[("delay", &humantime::format_duration(self.lifecycle.config().drain_delay))],
+            ),
+            _ => logging::debug("phase", &[("from", &format!("{before:?}")), ("to", &format!("{after:?}"))]),
+        }
+        self.status.send_modify(|s| s.phase = after);
+    }
+
+    fn forward(&mut self, signal: Signal, relay: bool) {
+        let target = if self.group { -self.app_pid } else { self.app_pid };
+        let result = kernel::send(target, signal);
+        if result.is_ok() {
+            self.stats.signal_forwarded(signal);
+        }
+        let what = if relay { "stop signal relayed" } else { "signal forwarded" };
+        let to = if self.group { "group" } else { "child" };
+        match result {
+            Ok(()) => logging::info(what, &[("signal", &signal), ("to", &to), ("pid", &self.app_pid)]),
+            // ESRCH: the app (or its whole group) is already gone; nothing to tell.
+            Err(err) => logging::debug(format!("{what}: {err}"), &[("signal", &signal)]),
+        }
+    }
+
+    fn signal_remaining(&mut self, signal: Signal, spare_app_group: bool) {
+        let mut sent = 0;
+        for d in kernel::descendants() {
+            if spare_app_group && d.pgid == self.app_pid {
+                continue;
+            }
+            if kernel::send(d.pid, signal).is_ok() {
+                sent += 1;
+            }
+        }
+        if sent > 0 {
+            logging::info(
+                "signalled what the app left running",
+                &[("signal", &signal), ("processes", &sent)],
+            );
+        }
+    }
+
+    /// The grace deadline: SIGKILL to everything lifeguard answers for. Repeated walks
+    /// catch processes forked while the previous walk ran.
+    fn kill_all(&mut self) {
+        if kernel::is_pid1() {
+            kernel::kill_everything_in_namespace();
+        }
+        let mut killed = Vec::new();
+        for _ in 0..10 {
+            let found = kernel::descendants();
+            if found.is_empty() {
+                break;
+            }
+            for d in found {
+                if kernel::send(d.pid, signals::KILL).is_ok() && !killed.contains(&d.pid) {
+                    killed.push(d.pid);
+                }
+            }
+        }
+        logging::warn(
+            "grace deadline reached: killed what still ran",
+            &[("processes", &killed.len()), ("pids", &logging::Joined(&killed))],
+        );
+    }
+}
+
+fn far_future() -> tokio::time::Instant {
+    tokio::time::Instant::now() + std::time::Duration::from_secs(86400 * 365)
+}
+
+fn status_text(status: AppStatus) -> String {
+    match status {
+        AppStatus::Exited(code) => format!("exit {code}"),
+        AppStatus::Killed(sig) => format!("killed by {sig}"),
+    }
+}

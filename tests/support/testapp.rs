@@ -1,0 +1,213 @@
+//! The app the integration tests run under lifeguard: prints `ready`, then one line per
+//! signal it gets (`signal TERM`), and can misbehave on request (ignore SIGTERM, leave
+//! orphans and zombies, daemonize, exit with a code, report what it inherited).
+//!
+//! Usage: lifeguard-testapp [OPTION...]
+//!   --exit-on SIGS    comma list of signals that end it (default TERM,INT; `none`)
+//!   --code N          exit code when a signal ends it (default 0)
+//!   --linger MS       after the ending signal, keep running this long (a slow handler)
+//!   --exit N          exit with N right after printing ready
+//!   --zombies N       leave N exited orphans behind for the init to reap
+//!   --daemon MODE     fork a grandchild in a session of its own that outlives the app:
+//!                     `stubborn` ignores SIGTERM, `polite` exits on it (prints both)
+//!   --report          print what it inherited: `mask`, `ignored`, `fds`, `pgid`, `sid`,
+//!                     `foreground` (its group owns the terminal on stdin)
+//!   --ignore-stop     do not let TSTP/TTIN/TTOU stop it (report them instead)
+#![allow(unsafe_code)]
+
+use std::io::Write;
+use std::time::Duration;
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut exit_on = vec![libc::SIGTERM, libc::SIGINT];
+    let mut code = 0;
+    let mut linger = 0u64;
+    let mut exit_now = None;
+    let mut zombies = 0usize;
+    let mut daemon = None;
+    let mut report = false;
+    let mut ignore_stop = false;
+    let mut it = args.iter();
+    while let Some(arg) = it.next() {
+        let mut value = || it.next().expect("option needs a value").clone();
+        match arg.as_str() {
+            "--exit-on" => {
+                let v = value();
+                exit_on = if v == "none" { vec![] } else { v.split(',').map(signal_number).collect() };
+            }
+            "--code" => code = value().parse().unwrap(),
+            "--linger" => linger = value().parse().unwrap(),
+            "--exit" => exit_now = Some(value().parse::<i32>().unwrap()),
+            "--zombies" => zombies = value().parse().unwrap(),
+            "--daemon" => daemon = Some(value()),
+            "--report" => report = true,
+            "--ignore-stop" => ignore_stop = true,
+            other => panic!("testapp: unknown option {other}"),
+        }
+    }
+
+    if report {
+        report_inherited();
+    }
+    // Every signal but the job-control ones is taken synchronously with sigwaitinfo, so
+    // none is lost and each is printed once, in order. TSTP/TTIN/TTOU/CONT keep their
+    // default actions so that they really stop and resume the app.
+    let mut waited = all_signals();
+    if !ignore_stop {
+        for sig in [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU, libc::SIGCONT] {
+            // SAFETY: the set was initialised by all_signals.
+            unsafe { libc::sigdelset(&mut waited, sig) };
+        }
+    }
+    // SAFETY: a valid, initialised set; no old set is requested.
+    unsafe { libc::sigprocmask(libc::SIG_BLOCK, &waited, std::ptr::null_mut()) };
+
+    if let Some(mode) = daemon {
+        spawn_daemon(&mode);
+    }
+    if zombies > 0 {
+        leave_zombies(zombies);
+    }
+    say("ready");
+    if let Some(n) = exit_now {
+        std::process::exit(n);
+    }
+    loop {
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: valid set and out-pointer.
+        let sig = unsafe { libc::sigwaitinfo(&waited, &mut info) };
+        if sig < 0 {
+            continue;
+        }
+        say(&format!("signal {}", signal_name(sig)));
+        if exit_on.contains(&sig) {
+            std::thread::sleep(Duration::from_millis(linger));
+            say("exiting");
+            std::process::exit(code);
+        }
+    }
+}
+
+fn say(line: &str) {
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(out, "{line}");
+    let _ = out.flush();
+}
+
+fn all_signals() -> libc::sigset_t {
+    // SAFETY: sigfillset initialises the zeroed set.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut set);
+        set
+    }
+}
+
+const NAMES: &[(&str, i32)] = &[
+    ("HUP", libc::SIGHUP), ("INT", libc::SIGINT), ("QUIT", libc::SIGQUIT), ("ABRT", libc::SIGABRT),
+    ("USR1", libc::SIGUSR1), ("USR2", libc::SIGUSR2), ("PIPE", libc::SIGPIPE), ("ALRM", libc::SIGALRM),
+    ("TERM", libc::SIGTERM), ("CHLD", libc::SIGCHLD), ("CONT", libc::SIGCONT), ("TSTP", libc::SIGTSTP),
+    ("TTIN", libc::SIGTTIN), ("TTOU", libc::SIGTTOU), ("URG", libc::SIGURG), ("WINCH", libc::SIGWINCH),
+    ("PWR", libc::SIGPWR), ("SYS", libc::SIGSYS), ("TRAP", libc::SIGTRAP), ("XCPU", libc::SIGXCPU),
+];
+
+fn signal_name(sig: i32) -> String {
+    if let Some((name, _)) = NAMES.iter().find(|(_, n)| *n == sig) {
+        return name.to_string();
+    }
+    if sig >= libc::SIGRTMIN() {
+        return format!("RTMIN+{}", sig - libc::SIGRTMIN());
+    }
+    sig.to_string()
+}
+
+fn signal_number(name: &str) -> i32 {
+    NAMES
+        .iter()
+        .find(|(n, _)| *n == name)
+        .map(|(_, n)| *n)
+        .or_else(|| name.parse().ok())
+        .unwrap_or_else(|| panic!("testapp: unknown signal {name}"))
+}
+
+fn report_inherited() {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .map(|v| v.trim().to_string())
+            .unwrap_or_default()
+    };
+    say(&format!("mask {}", field("SigBlk:")));
+    say(&format!("ignored {}", field("SigIgn:")));
+    let mut fds: Vec<u32> = std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    fds.sort();
+    // The directory handle read_dir held is closed again by now; drop fds that vanished.
+    fds.retain(|fd| std::fs::metadata(format!("/proc/self/fd/{fd}")).is_ok());
+    let fds: Vec<String> = fds.iter().map(|f| f.to_string()).collect();
+    say(&format!("fds {}", fds.join(",")));
+    // SAFETY: plain getters.
+    let (pgid, sid, fg) = unsafe { (libc::getpgrp(), libc::getsid(0), libc::tcgetpgrp(0)) };
+    say(&format!("pgid {pgid} sid {sid} pid {}", std::process::id()));
+    say(&format!("foreground {}", fg == pgid));
+}
+
+/// Forks a child that forks `n` children that exit at once, then exits itself without
+/// waiting: its `n` zombies are re-parented to the init, which must reap them.
+fn leave_zombies(n: usize) {
+    // SAFETY: fork in a single-threaded program; the child only forks and exits.
+    match unsafe { libc::fork() } {
+        0 => {
+            for _ in 0..n {
+                // SAFETY: as above; the grandchild exits at once.
+                if unsafe { libc::fork() } == 0 {
+                    unsafe { libc::_exit(0) };
+                }
+            }
+            unsafe { libc::_exit(0) };
+        }
+        pid if pid > 0 => {
+            let mut status = 0;
+            // SAFETY: waits for the direct child only; its children are left as zombies.
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+            say(&format!("zombies {n}"));
+        }
+        _ => panic!("fork failed"),
+    }
+}
+
+/// Double-forks a grandchild into a session of its own, so it is neither in the app's
+/// process group nor its child: only an init that tracks descendants can stop it.
+fn spawn_daemon(mode: &str) {
+    let stubborn = mode == "stubborn";
+    // SAFETY: fork in a single-threaded program.
+    match unsafe { libc::fork() } {
+        0 => {
+            unsafe { libc::setsid() };
+            if unsafe { libc::fork() } != 0 {
+                unsafe { libc::_exit(0) };
+            }
+            say(&format!("daemon {}", std::process::id()));
+            let set = all_signals();
+            loop {
+                let sig = unsafe { libc::sigwaitinfo(&set, std::ptr::null_mut()) };
+                if sig == libc::SIGTERM {
+                    say(&format!("daemon signal TERM{}", if stubborn { " ignored" } else { "" }));
+                    if !stubborn {
+                        unsafe { libc::_exit(0) };
+                    }
+                }
+            }
+        }
+        pid if pid > 0 => {
+            let mut status = 0;
+            unsafe { libc::waitpid(pid, &mut status, 0) };
+        }
+        _ => panic!("fork failed"),
+    }
+}
