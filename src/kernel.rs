@@ -337,6 +337,22 @@ pub fn kill_everything_in_namespace() {
     }
 }
 
+/// Whether `pid` takes `signal` itself: a handler installed or the signal blocked (to be
+/// read with sigwait/signalfd): SigCgt and SigBlk in /proc/PID/status.
+pub fn handles(pid: i32, signal: Signal) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
+        return false;
+    };
+    let bits = |field: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(field))
+            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+            .unwrap_or(0)
+    };
+    (bits("SigCgt:") | bits("SigBlk:")) & (1 << (signal.0 - 1)) != 0
+}
+
 /// A live process below lifeguard.
 #[derive(Clone, Copy, Debug)]
 pub struct Descendant {

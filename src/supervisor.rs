@@ -174,7 +174,7 @@ impl Supervisor {
 
     fn forward(&mut self, signal: Signal, relay: bool) {
         let target = if self.group { -self.app_pid } else { self.app_pid };
-        let result = kernel::send(target, signal);
+        let result = kernel::send(target, self.deliverable(signal));
         if result.is_ok() {
             self.stats.signal_forwarded(signal);
         }
@@ -184,6 +184,19 @@ impl Supervisor {
             Ok(()) => logging::info(what, &[("signal", &signal), ("to", &to), ("pid", &self.app_pid)]),
             // ESRCH: the app (or its whole group) is already gone; nothing to tell.
             Err(err) => logging::debug(format!("{what}: {err}"), &[("signal", &signal)]),
+        }
+    }
+
+    /// The app runs in a session of its own, so its process group is orphaned, and the
+    /// kernel discards TSTP/TTIN/TTOU sent to an orphaned group whose default action
+    /// would stop it (POSIX; kernel/signal.c, is_current_pgrp_orphaned). An app that
+    /// neither catches nor blocks them gets SIGSTOP instead, so it really stops, as under dumb-init.
+    fn deliverable(&self, signal: Signal) -> Signal {
+        let job_control = [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU].contains(&signal.0);
+        if job_control && !kernel::handles(self.app_pid, signal) {
+            Signal(libc::SIGSTOP)
+        } else {
+            signal
         }
     }
 

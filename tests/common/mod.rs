@@ -1,0 +1,294 @@
+//! The integration-test harness: runs the real lifeguard binary, as PID 1 of a fresh PID
+//! namespace (`unshare --pid --fork --mount-proc`) or as a plain child (subreaper),
+//! collects its output line by line, and waits for conditions with a timeout.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+pub const LIFEGUARD: &str = env!("CARGO_BIN_EXE_lifeguard");
+pub const TESTAPP: &str = env!("CARGO_BIN_EXE_lifeguard-testapp");
+/// How long any condition may take before the test fails; generous for a loaded machine.
+pub const PATIENCE: Duration = Duration::from_secs(15);
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// PID 1 of a new PID namespace, as in a container.
+    Pid1,
+    /// A child of the test, so a child subreaper.
+    Subreaper,
+}
+
+pub const MODES: [Mode; 2] = [Mode::Pid1, Mode::Subreaper];
+
+/// Lines a stream produced so far, and a condvar rung on each new line or at its end.
+#[derive(Default)]
+struct Lines {
+    lines: Mutex<(Vec<String>, bool)>,
+    rung: Condvar,
+}
+
+impl Lines {
+    fn collect(stream: impl Read + Send + 'static) -> Arc<Lines> {
+        let lines = Arc::new(Lines::default());
+        let sink = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines() {
+                let Ok(line) = line else { break };
+                sink.lines.lock().unwrap().0.push(line);
+                sink.rung.notify_all();
+            }
+            sink.lines.lock().unwrap().1 = true;
+            sink.rung.notify_all();
+        });
+        lines
+    }
+
+    fn snapshot(&self) -> Vec<String> {
+        self.lines.lock().unwrap().0.clone()
+    }
+
+    /// Waits until `pred` holds for some line; returns it. None on timeout or end.
+    fn wait(&self, pred: &dyn Fn(&str) -> bool, timeout: Duration) -> Option<String> {
+        let until = Instant::now() + timeout;
+        let mut guard = self.lines.lock().unwrap();
+        loop {
+            if let Some(line) = guard.0.iter().find(|l| pred(l)) {
+                return Some(line.clone());
+            }
+            let now = Instant::now();
+            if guard.1 || now >= until {
+                return None;
+            }
+            guard = self.rung.wait_timeout(guard, until - now).unwrap().0;
+        }
+    }
+}
+
+/// One running lifeguard.
+pub struct Run {
+    pub mode: Mode,
+    child: Child,
+    /// lifeguard's pid as this test sees it.
+    pub pid: i32,
+    stdout: Arc<Lines>,
+    stderr: Arc<Lines>,
+}
+
+pub fn start(mode: Mode, args: &[&str]) -> Run {
+    start_with(mode, args, |_| {})
+}
+
+/// Starts lifeguard with `args`; `tweak` may set the environment, stdin and so on.
+pub fn start_with(mode: Mode, args: &[&str], tweak: impl FnOnce(&mut Command)) -> Run {
+    let mut cmd = match mode {
+        Mode::Pid1 => {
+            require_root();
+            let mut c = Command::new("unshare");
+            c.args(["--pid", "--fork", "--mount-proc", LIFEGUARD]);
+            c
+        }
+        Mode::Subreaper => Command::new(LIFEGUARD),
+    };
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    tweak(&mut cmd);
+    let mut child = cmd.spawn().expect("cannot start lifeguard");
+    let stdout = Lines::collect(child.stdout.take().unwrap());
+    let stderr = match child.stderr.take() {
+        Some(s) => Lines::collect(s),
+        None => Arc::new(Lines { lines: Mutex::new((vec![], true)), rung: Condvar::new() }),
+    };
+    let pid = match mode {
+        Mode::Subreaper => child.id() as i32,
+        Mode::Pid1 => {
+            let unshare = child.id() as i32;
+            wait_until("unshare's child to appear", || children(unshare).first().copied())
+        }
+    };
+    Run { mode, child, pid, stdout, stderr }
+}
+
+/// Root is needed for PID namespaces and for cgroups; say so instead of passing.
+pub fn require_root() {
+    // SAFETY: getuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        panic!("THIS TEST CANNOT RUN: it needs root (unshare --pid). Run the suite as root, as .ci/run does.");
+    }
+}
+
+/// Polls `probe` until it returns Some, or panics after PATIENCE naming `what`.
+pub fn wait_until<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
+    let until = Instant::now() + PATIENCE;
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        if Instant::now() > until {
+            panic!("timed out waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Direct children of `pid` (zombies included: they stay listed until reaped).
+pub fn children(pid: i32) -> Vec<i32> {
+    std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse().ok())
+        .collect()
+}
+
+/// Every live process below `pid`.
+pub fn descendants(pid: i32) -> Vec<i32> {
+    let mut found = Vec::new();
+    let mut frontier = vec![pid];
+    while let Some(p) = frontier.pop() {
+        for c in children(p) {
+            found.push(c);
+            frontier.push(c);
+        }
+    }
+    found
+}
+
+/// Single-letter process state (R, S, T, Z...), None once the process is gone.
+pub fn state(pid: i32) -> Option<char> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(')')?.1.trim().chars().next()
+}
+
+pub fn alive(pid: i32) -> bool {
+    matches!(state(pid), Some(s) if s != 'Z' && s != 'X')
+}
+
+pub fn send(pid: i32, signal: i32) {
+    assert!(pid > 1, "refusing to signal pid {pid}");
+    // SAFETY: kill has no memory preconditions; pid > 1 never reaches the test itself
+    // or a whole group.
+    let rc = unsafe { libc::kill(pid, signal) };
+    assert_eq!(rc, 0, "kill({pid}, {signal}) failed");
+}
+
+impl Run {
+    /// Sends `signal` to lifeguard (never to the test process).
+    pub fn signal(&self, signal: i32) {
+        send(self.pid, signal);
+    }
+
+    /// Waits for a stdout line equal to `line`.
+    pub fn expect_line(&self, line: &str) {
+        self.expect(|l| l == line, line);
+    }
+
+    /// Waits for a stdout line matching `pred`, returns it.
+    pub fn expect(&self, pred: impl Fn(&str) -> bool, what: &str) -> String {
+        match self.stdout.wait(&pred, PATIENCE) {
+            Some(line) => line,
+            None => panic!("[{:?}] no stdout line {what:?}\n{}", self.mode, self.transcript()),
+        }
+    }
+
+    /// Waits for a stderr line containing `text`.
+    pub fn expect_log(&self, text: &str) -> String {
+        match self.stderr.wait(&|l| l.contains(text), PATIENCE) {
+            Some(line) => line,
+            None => panic!("[{:?}] no log line with {text:?}\n{}", self.mode, self.transcript()),
+        }
+    }
+
+    pub fn ready(&self) {
+        self.expect_line("ready");
+    }
+
+    pub fn stdout(&self) -> Vec<String> {
+        self.stdout.snapshot()
+    }
+
+    pub fn stderr(&self) -> Vec<String> {
+        self.stderr.snapshot()
+    }
+
+    /// The value after `prefix ` in the first stdout line that starts with it.
+    pub fn value(&self, prefix: &str) -> String {
+        let line = self.expect(|l| l.starts_with(&format!("{prefix} ")), prefix);
+        line[prefix.len() + 1..].to_string()
+    }
+
+    pub fn transcript(&self) -> String {
+        format!(
+            "--- stdout\n{}\n--- stderr\n{}",
+            self.stdout().join("\n"),
+            self.stderr().join("\n")
+        )
+    }
+
+    /// The app's pid as seen from the test (the direct child of lifeguard).
+    pub fn app_pid(&self) -> i32 {
+        wait_until("the app to be spawned", || children(self.pid).first().copied())
+    }
+
+    /// Waits for lifeguard to exit; its exit code (as unshare passes it on).
+    pub fn wait_exit(&mut self) -> i32 {
+        let until = Instant::now() + PATIENCE;
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                // Let the output threads drain what was written before the exit.
+                self.stdout.wait(&|_| false, Duration::from_secs(2));
+                self.stderr.wait(&|_| false, Duration::from_secs(2));
+                return status.code().unwrap_or_else(|| {
+                    panic!("lifeguard died by a signal: {status:?}\n{}", self.transcript())
+                });
+            }
+            if Instant::now() > until {
+                let _ = self.child.kill();
+                panic!("[{:?}] lifeguard did not exit\n{}", self.mode, self.transcript());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Waits for the exit and checks the code.
+    pub fn expect_exit(&mut self, code: i32) {
+        let got = self.wait_exit();
+        assert_eq!(got, code, "[{:?}] exit code\n{}", self.mode, self.transcript());
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        // A failed test must not leave lifeguard (or, through it, the app) behind.
+        if self.child.try_wait().ok().flatten().is_none() {
+            let doomed = descendants(self.pid);
+            // SAFETY: kill with pids this run started (all > 1).
+            unsafe {
+                libc::kill(self.pid, libc::SIGKILL);
+                for pid in doomed {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The testapp's command line after `--`.
+pub fn app(extra: &[&'static str]) -> Vec<&'static str> {
+    let mut v = vec!["--", TESTAPP];
+    v.extend_from_slice(extra);
+    v
+}
+
+pub fn args<'a>(flags: &[&'a str], app_args: &[&'a str]) -> Vec<&'a str> {
+    let mut v = flags.to_vec();
+    v.push("--");
+    v.push(TESTAPP);
+    v.extend_from_slice(app_args);
+    v
+}

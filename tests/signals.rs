@@ -1,0 +1,143 @@
+//! Signal forwarding: every catchable signal, real-time ones queued, to the group or the
+//! child alone, rewriting, job control, and the `sh -c` entrypoint that tini loses.
+mod common;
+
+use common::*;
+
+#[test]
+fn every_catchable_signal_reaches_the_app_including_real_time_ones() {
+    let rt = libc::SIGRTMIN();
+    let mut sent: Vec<(i32, String)> = [
+        (libc::SIGHUP, "HUP"),
+        (libc::SIGQUIT, "QUIT"),
+        (libc::SIGUSR1, "USR1"),
+        (libc::SIGUSR2, "USR2"),
+        (libc::SIGPIPE, "PIPE"),
+        (libc::SIGALRM, "ALRM"),
+        (libc::SIGWINCH, "WINCH"),
+        (libc::SIGURG, "URG"),
+        (libc::SIGPWR, "PWR"),
+    ]
+    .map(|(n, s)| (n, s.to_string()))
+    .to_vec();
+    for n in [rt, rt + 5, libc::SIGRTMAX()] {
+        sent.push((n, format!("RTMIN+{}", n - rt)));
+    }
+    for mode in MODES {
+        let run = start(mode, &app(&["--exit-on", "none"]));
+        run.ready();
+        for (sig, name) in &sent {
+            run.signal(*sig);
+            run.expect_line(&format!("signal {name}"));
+        }
+        // Real-time signals queue: three sends, three deliveries, none merged.
+        for _ in 0..3 {
+            run.signal(rt + 1);
+        }
+        let got = |run: &Run| run.stdout().iter().filter(|l| *l == "signal RTMIN+1").count();
+        wait_until("three RTMIN+1", || (got(&run) == 3).then_some(()));
+        assert!(!run.stdout().iter().any(|l| l == "signal CHLD"), "SIGCHLD must not be forwarded");
+    }
+}
+
+#[test]
+fn sigterm_reaches_the_app_behind_a_shell_every_time() {
+    // `sh -c 'app; true'`: the shell cannot exec the app, so it sits between. lifeguard
+    // signals the whole group and waits for it, so the app's handler always runs.
+    let script = format!("{TESTAPP} --linger 100; true");
+    for round in 0..20 {
+        let mut run = start(Mode::Pid1, &["--drain-delay", "0", "--", "sh", "-c", &script]);
+        run.ready();
+        run.signal(libc::SIGTERM);
+        run.expect_line("signal TERM");
+        run.expect_line("exiting");
+        let code = run.wait_exit();
+        // The shell died of the SIGTERM itself.
+        assert_eq!(code, 143, "round {round}\n{}", run.transcript());
+    }
+}
+
+#[test]
+fn single_child_mode_signals_only_the_direct_child() {
+    let script = format!("{TESTAPP}; true");
+    for (flags, env) in [(vec!["-c"], None), (vec![], Some(("DUMB_INIT_SETSID", "0")))] {
+        let mut all = flags.clone();
+        all.extend(["--", "sh", "-c", &script]);
+        let mut run = start_with(Mode::Pid1, &all, |c| {
+            if let Some((k, v)) = env {
+                c.env(k, v);
+            }
+        });
+        run.ready();
+        // USR1 kills the shell (default action) and never reaches the app; the app
+        // then gets SIGTERM as a leftover of the exited child.
+        run.signal(libc::SIGUSR1);
+        run.expect_line("signal TERM");
+        run.expect_exit(128 + libc::SIGUSR1);
+        assert!(!run.stdout().iter().any(|l| l == "signal USR1"), "{}", run.transcript());
+    }
+}
+
+#[test]
+fn rewrite_maps_and_drops_signals() {
+    for mode in MODES {
+        let mut run = start(
+            mode,
+            &args(
+                &["-r", "USR1:USR2", "--rewrite", "HUP:DROP", "-r", "TERM:QUIT", "--drain-delay", "0"],
+                &["--exit-on", "QUIT"],
+            ),
+        );
+        run.ready();
+        run.signal(libc::SIGUSR1);
+        run.expect_line("signal USR2");
+        run.signal(libc::SIGHUP);
+        run.signal(libc::SIGTERM);
+        run.expect_line("signal QUIT");
+        run.expect_exit(0);
+        let out = run.stdout();
+        assert!(!out.iter().any(|l| l == "signal HUP" || l == "signal USR1" || l == "signal TERM"), "{out:?}");
+    }
+}
+
+#[test]
+fn sigint_is_forwarded_at_once_even_while_draining() {
+    for mode in MODES {
+        let mut run = start(mode, &args(&["-v", "--drain-delay", "60s", "--grace", "90s"], &[]));
+        run.ready();
+        run.signal(libc::SIGTERM);
+        run.expect_log("draining");
+        run.signal(libc::SIGINT);
+        run.expect_line("signal INT");
+        run.expect_exit(0);
+        assert!(!run.stdout().iter().any(|l| l == "signal TERM"), "TERM is still held by the drain");
+    }
+}
+
+#[test]
+fn job_control_signals_stop_the_app_and_sigcont_resumes_it() {
+    for mode in MODES {
+        for stop in [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU] {
+            let mut run = start(mode, &app(&[]));
+            run.ready();
+            let app = run.app_pid();
+            run.signal(stop);
+            wait_until("the app to stop", || (state(app) == Some('T')).then_some(()));
+            run.signal(libc::SIGCONT);
+            wait_until("the app to resume", || matches!(state(app), Some('S' | 'R')).then_some(()));
+            run.signal(libc::SIGINT);
+            run.expect_exit(0);
+        }
+    }
+}
+
+#[test]
+fn an_app_that_handles_sigtstp_gets_it_as_sent() {
+    let mut run = start(Mode::Subreaper, &app(&["--ignore-stop"]));
+    run.ready();
+    run.signal(libc::SIGTSTP);
+    run.expect_line("signal TSTP");
+    assert_ne!(state(run.app_pid()), Some('T'));
+    run.signal(libc::SIGINT);
+    run.expect_exit(0);
+}
