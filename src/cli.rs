@@ -80,7 +80,7 @@ struct Cli {
 
     /// The app to supervise, and its arguments
     #[arg(value_name = "COMMAND", trailing_var_arg = true, required = true,
-          allow_hyphen_values = true, value_parser = clap::value_parser!(OsString))]
+          value_parser = clap::value_parser!(OsString))]
     command: Vec<OsString>,
 }
 

@@ -106,8 +106,13 @@ pub fn start_with(mode: Mode, args: &[&str], tweak: impl FnOnce(&mut Command)) -
     let pid = match mode {
         Mode::Subreaper => child.id() as i32,
         Mode::Pid1 => {
+            // Found by polling; a lifeguard that is already done leaves pid 0 (nothing
+            // to signal, and `send` refuses it).
             let unshare = child.id() as i32;
-            wait_until("unshare's child to appear", || children(unshare).first().copied())
+            wait_until("unshare's child to appear", || match children(unshare).first() {
+                Some(pid) => Some(*pid),
+                None => child.try_wait().ok().flatten().map(|_| 0),
+            })
         }
     };
     Run { mode, child, pid, stdout, stderr }

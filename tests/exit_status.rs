@@ -1,0 +1,100 @@
+//! Exit status (DESIGN §6): the app's code, 128+N for death by signal N, remapped codes,
+//! 126/127 for a command that cannot run, 2 for usage errors.
+mod common;
+
+use std::process::Command;
+
+use common::*;
+
+#[test]
+fn every_exit_code_from_0_to_255_passes_through_as_pid1() {
+    let codes: Vec<i32> = (0..=255).collect();
+    let workers: Vec<_> = codes
+        .chunks(64)
+        .map(|chunk| {
+            let chunk = chunk.to_vec();
+            std::thread::spawn(move || {
+                for code in chunk {
+                    let text = code.to_string();
+                    let mut run = start(Mode::Pid1, &["--", TESTAPP, "--exit", &text]);
+                    run.expect_exit(code);
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().unwrap();
+    }
+}
+
+#[test]
+fn death_by_signal_is_128_plus_the_signal_number() {
+    for mode in MODES {
+        let mut run = start(mode, &["--", "sh", "-c", "kill -USR1 $$"]);
+        run.expect_exit(128 + libc::SIGUSR1);
+        let rt = (libc::SIGRTMIN() + 2).to_string();
+        let script = format!("kill -{rt} $$");
+        let mut run = start(mode, &["--", "sh", "-c", &script]);
+        run.expect_exit(128 + libc::SIGRTMIN() + 2);
+    }
+}
+
+#[test]
+fn remapped_codes_become_zero() {
+    let mut run = start(Mode::Pid1, &args(&["-e", "3", "--remap-exit", "143"], &["--exit", "3"]));
+    run.expect_exit(0);
+    let mut run = start(Mode::Pid1, &["-e", "143", "--drain-delay", "0", "--", "sh", "-c", &format!("{TESTAPP}; true")]);
+    run.ready();
+    run.signal(libc::SIGTERM);
+    run.expect_exit(0);
+    let mut run = start(Mode::Pid1, &args(&["-e", "3"], &["--exit", "4"]));
+    run.expect_exit(4);
+}
+
+#[test]
+fn a_command_that_cannot_run_is_126_and_a_missing_one_127() {
+    let dir = std::env::temp_dir().join(format!("lifeguard-exec-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let not_executable = dir.join("plain-file");
+    std::fs::write(&not_executable, "#!/bin/sh\necho hi\n").unwrap();
+    let dir_text = dir.to_str().unwrap();
+    for mode in MODES {
+        let mut run = start(mode, &["--", not_executable.to_str().unwrap()]);
+        run.expect_exit(126);
+        run.expect_log("plain-file");
+        let mut run = start(mode, &["--", dir_text]);
+        run.expect_exit(126);
+        let mut run = start(mode, &["--", "/no/such/program"]);
+        run.expect_exit(127);
+        let line = run.expect_log("/no/such/program");
+        assert!(line.contains("cannot run"), "{line}");
+        let mut run = start(mode, &["--", "no-such-program-on-path"]);
+        run.expect_exit(127);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn usage_errors_exit_2_naming_the_flag_and_start_nothing() {
+    let cases: &[(&[&str], &[&str])] = &[
+        (&[], &["COMMAND"]),
+        (&["--frobnicate", "--", "true"], &["--frobnicate"]),
+        (&["--drain-delay", "soon", "--", "true"], &["--drain-delay", "500ms, 5s, 2m"]),
+        (&["--grace", "2s", "--drain-delay", "3s", "--", "true"], &["--grace", "--drain-delay"]),
+        (&["-r", "TERM", "--", "true"], &["--rewrite", "FROM:TO"]),
+        (&["-p", "NOPE", "--", "true"], &["--pdeathsig", "NOPE"]),
+    ];
+    for (args, wanted) in cases {
+        let out = Command::new(LIFEGUARD).args(*args).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+        for w in *wanted {
+            assert!(err.contains(w), "{args:?}: message lacks {w:?}: {err}");
+        }
+    }
+    let out = Command::new(LIFEGUARD).args(["--", "true"]).env("LIFEGUARD_GRACE", "x").output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let out = Command::new(LIFEGUARD).arg("--help").output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--drain-delay"));
+}
