@@ -283,6 +283,14 @@ impl Drop for Run {
     }
 }
 
+/// A pipe's writing end whose reading end is already closed: every write to it fails
+/// with EPIPE (and raises SIGPIPE in the writer).
+pub fn broken_pipe() -> Stdio {
+    let (read, write) = nix::unistd::pipe().unwrap();
+    drop(read);
+    Stdio::from(write)
+}
+
 /// The testapp's command line after `--`.
 pub fn app(extra: &[&'static str]) -> Vec<&'static str> {
     let mut v = vec!["--", TESTAPP];

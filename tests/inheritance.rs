@@ -1,0 +1,126 @@
+//! What the app inherits (DESIGN §3): lifeguard's original signal mask and ignored set,
+//! no descriptor of lifeguard's, the environment and working directory, its own session
+//! and group, and the terminal's foreground when stdin is one.
+mod common;
+
+use common::*;
+
+fn bit(sig: i32) -> u64 {
+    1 << (sig - 1)
+}
+
+fn hex(text: &str) -> u64 {
+    u64::from_str_radix(text, 16).unwrap()
+}
+
+/// The reporting app: grep, a C program that leaves signals alone before it reads its
+/// own status (the Rust testapp cannot: Rust's start-up ignores SIGPIPE).
+const REPORT: [&str; 3] = ["grep", "-E", "^(SigBlk|SigIgn):"];
+
+fn parse_report(text: &str) -> (u64, u64) {
+    let field = |name: &str| {
+        hex(text
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .unwrap_or_else(|| panic!("no {name} in {text}"))
+            .trim())
+    };
+    (field("SigBlk:"), field("SigIgn:"))
+}
+
+/// (blocked, ignored) of the reporting app started through `env ENV_ARGS`, directly or
+/// under lifeguard in `mode`: the baseline is the direct run, since the test runner may
+/// itself have inherited ignored signals (e.g. from a CI shell).
+fn report(mode: Option<Mode>, env_args: &[&str]) -> (u64, u64) {
+    let Some(mode) = mode else {
+        let mut cmd = std::process::Command::new("env");
+        cmd.args(env_args).args(REPORT).arg("/proc/self/status");
+        return parse_report(&String::from_utf8_lossy(&cmd.output().unwrap().stdout));
+    };
+    let env_args: Vec<String> = env_args.iter().map(|s| s.to_string()).collect();
+    let mut lifeguard_args = vec!["--"];
+    lifeguard_args.extend(REPORT);
+    lifeguard_args.push("/proc/self/status");
+    let mut run = start_with(mode, &lifeguard_args, move |c| {
+        let mut wrapped = std::process::Command::new("env");
+        wrapped.args(&env_args).arg(c.get_program()).args(c.get_args());
+        wrapped.stdin(std::process::Stdio::null());
+        wrapped.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        *c = wrapped;
+    });
+    run.expect(|l| l.starts_with("SigIgn:"), "SigIgn");
+    run.expect_exit(0);
+    parse_report(&run.stdout().join("\n"))
+}
+
+#[test]
+fn the_app_gets_the_mask_and_ignored_set_lifeguard_was_started_with() {
+    for mode in MODES {
+        // Plain start: the same as without lifeguard, although lifeguard blocks every
+        // signal itself and Rust's runtime ignores SIGPIPE in it.
+        let plain = ["--default-signal=PIPE"];
+        let (mask, ignored) = report(Some(mode), &plain);
+        assert_eq!((mask, ignored), report(None, &plain), "[{mode:?}]");
+        assert_eq!(mask, 0);
+        assert_eq!(ignored & bit(libc::SIGPIPE), 0, "[{mode:?}] SIGPIPE left ignored");
+        // Started with USR2 blocked and PIPE and HUP ignored: the app sees the same.
+        let odd = ["--block-signal=USR2", "--ignore-signal=PIPE", "--ignore-signal=HUP"];
+        let (mask, ignored) = report(Some(mode), &odd);
+        assert_eq!((mask, ignored), report(None, &odd), "[{mode:?}]");
+        assert_eq!(mask, bit(libc::SIGUSR2), "[{mode:?}]");
+        assert_ne!(ignored & bit(libc::SIGPIPE), 0, "[{mode:?}]");
+        assert_ne!(ignored & bit(libc::SIGHUP), 0, "[{mode:?}]");
+    }
+}
+
+fn fds(text: &str) -> String {
+    text.lines().find_map(|l| l.strip_prefix("fds ")).unwrap_or_else(|| panic!("no fds in {text}")).to_string()
+}
+
+#[test]
+fn no_descriptor_of_lifeguards_leaks_into_the_app() {
+    let out = std::process::Command::new(TESTAPP).args(["--report", "--exit", "0"]).output().unwrap();
+    let direct = fds(&String::from_utf8_lossy(&out.stdout));
+    for mode in MODES {
+        let mut run = start(mode, &args(&["-vv"], &["--report", "--exit", "0"]));
+        assert_eq!(run.value("fds"), direct, "[{mode:?}] the app sees descriptors it would not see without lifeguard");
+        run.expect_exit(0);
+    }
+}
+
+#[test]
+fn the_app_runs_in_its_own_session_and_group() {
+    for mode in MODES {
+        let mut run = start(mode, &app(&["--report", "--exit", "0"]));
+        let ids = run.value("pgid");
+        // "P sid S pid I": a session leader and group leader.
+        let parts: Vec<&str> = ids.split_whitespace().collect();
+        assert_eq!(parts[0], parts[2], "pgid = sid: {ids}");
+        assert_eq!(parts[0], parts[4], "pgid = pid: {ids}");
+        run.expect_exit(0);
+    }
+}
+
+#[test]
+fn environment_and_working_directory_are_unchanged() {
+    let dir = std::env::temp_dir();
+    let mut run = start_with(Mode::Pid1, &["--", "sh", "-c", "pwd; echo \"$GREETING\""], |c| {
+        c.current_dir(&dir).env("GREETING", "hello there");
+    });
+    run.expect_line(dir.to_str().unwrap());
+    run.expect_line("hello there");
+    run.expect_exit(0);
+}
+
+#[test]
+fn with_a_terminal_on_stdin_the_app_is_the_foreground_group() {
+    // script(1) gives lifeguard a pseudo-terminal as its controlling terminal.
+    let inner = format!("{LIFEGUARD} -- {TESTAPP} --report --exit 0");
+    let out = std::process::Command::new("script")
+        .args(["-qec", &inner, "/dev/null"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("script(1) from util-linux is needed for this test");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("foreground true"), "the app does not own the terminal:\n{text}");
+}
