@@ -102,8 +102,9 @@ pub enum Parsed {
     Exit { message: String, code: u8, to_stdout: bool },
 }
 
-/// Parses the command line and the environment (`lookup` stands in for `std::env::var`
-/// so tests need not touch the process environment).
+/// Parses the command line and the environment. clap reads the `LIFEGUARD_*` twins from
+/// the process environment itself; `lookup` serves the compatibility variables, so unit
+/// tests need not touch the process environment (the twins are tested on the binary).
 pub fn parse(
     args: impl IntoIterator<Item = OsString>,
     lookup: impl Fn(&str) -> Option<String>,
@@ -274,21 +275,6 @@ mod tests {
     }
 
     #[test]
-    fn environment_twins_apply_and_flags_win() {
-        let s = ok(&["app"], &[("LIFEGUARD_DRAIN_DELAY", "2s"), ("LIFEGUARD_GRACE", "9s")]);
-        assert_eq!(s.lifecycle.drain_delay, Duration::from_secs(2));
-        assert_eq!(s.lifecycle.grace, Duration::from_secs(9));
-        let s = ok(&["--drain-delay", "1s", "app"], &[("LIFEGUARD_DRAIN_DELAY", "2s")]);
-        assert_eq!(s.lifecycle.drain_delay, Duration::from_secs(1));
-        let s = ok(&["app"], &[("LIFEGUARD_REWRITE", "TERM:QUIT,USR1:0"), ("LIFEGUARD_REMAP_EXIT", "143,3")]);
-        assert_eq!(s.lifecycle.rewrites.apply(signals::TERM), Some(Signal(libc::SIGQUIT)));
-        assert_eq!(s.lifecycle.remap_exit, vec![143, 3]);
-        let s = ok(&["app"], &[("LIFEGUARD_SINGLE_CHILD", "true"), ("LIFEGUARD_LOG_FORMAT", "json")]);
-        assert!(!s.lifecycle.group);
-        assert_eq!(s.log_format, logging::Format::Json);
-    }
-
-    #[test]
     fn compatibility_variables_are_honoured() {
         assert!(!ok(&["app"], &[("DUMB_INIT_SETSID", "0")]).lifecycle.group);
         assert!(ok(&["app"], &[("DUMB_INIT_SETSID", "1")]).lifecycle.group);
@@ -320,8 +306,6 @@ mod tests {
         assert!(m.contains("--bogus"), "{m}");
         let m = usage_error(&[], &[]);
         assert!(m.contains("COMMAND"), "{m}");
-        let m = usage_error(&["app"], &[("LIFEGUARD_GRACE", "forever")]);
-        assert!(m.contains("--grace") && m.contains("500ms"), "{m}");
         let m = usage_error(&["app"], &[("TINI_VERBOSITY", "loud")]);
         assert!(m.contains("TINI_VERBOSITY"), "{m}");
     }

@@ -263,7 +263,7 @@ mod tests {
     use super::*;
     use crate::signals::{parse_rewrite, HUP, INT};
     use Action::*;
-    use Event::*;
+    use Event::{AppExited, AppReady, NoChildrenLeft, Tick};
 
     const DRAIN: u64 = 5;
     const GRACE: u64 = 25;
@@ -324,13 +324,13 @@ mod tests {
             config(),
             vec![
                 (0.0, AppReady, vec![], Phase::Running, None),
-                (10.0, Signal(TERM), vec![], Phase::Draining, Some(10.0 + d)),
+                (10.0, Event::Signal(TERM), vec![], Phase::Draining, Some(10.0 + d)),
                 // The app keeps running and other signals still pass during the drain.
-                (11.0, Signal(HUP), vec![fwd(HUP)], Phase::Draining, Some(10.0 + d)),
-                (11.5, Signal(INT), vec![fwd(INT)], Phase::Draining, Some(10.0 + d)),
+                (11.0, Event::Signal(HUP), vec![fwd(HUP)], Phase::Draining, Some(10.0 + d)),
+                (11.5, Event::Signal(INT), vec![fwd(INT)], Phase::Draining, Some(10.0 + d)),
                 (12.0, Tick, vec![], Phase::Draining, Some(10.0 + d)),
                 (10.0 + d, Tick, vec![relay(TERM)], Phase::Stopping, Some(10.0 + g)),
-                (20.0, Signal(TERM), vec![fwd(TERM)], Phase::Stopping, Some(10.0 + g)),
+                (20.0, Event::Signal(TERM), vec![fwd(TERM)], Phase::Stopping, Some(10.0 + g)),
                 (10.0 + g, Tick, vec![KillAll], Phase::Stopping, Some(12.0 + g)),
                 (
                     10.1 + g,
@@ -341,7 +341,7 @@ mod tests {
                 ),
                 (10.1 + g, NoChildrenLeft, vec![Exit(137)], Phase::Exited, None),
                 // Nothing is forwarded once lifeguard has exited.
-                (10.2 + g, Signal(HUP), vec![], Phase::Exited, None),
+                (10.2 + g, Event::Signal(HUP), vec![], Phase::Exited, None),
             ],
         );
     }
@@ -351,8 +351,8 @@ mod tests {
         run_table(
             config(),
             vec![
-                (0.0, Signal(TERM), vec![], Phase::Draining, Some(5.0)),
-                (1.0, Signal(TERM), vec![relay(TERM)], Phase::Stopping, Some(25.0)),
+                (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
+                (1.0, Event::Signal(TERM), vec![relay(TERM)], Phase::Stopping, Some(25.0)),
                 (
                     2.0,
                     AppExited(AppStatus::Exited(0)),
@@ -371,7 +371,7 @@ mod tests {
         cfg.drain_delay = Duration::ZERO;
         run_table(
             cfg,
-            vec![(3.0, Signal(TERM), vec![relay(TERM)], Phase::Stopping, Some(28.0))],
+            vec![(3.0, Event::Signal(TERM), vec![relay(TERM)], Phase::Stopping, Some(28.0))],
         );
     }
 
@@ -385,8 +385,8 @@ mod tests {
         run_table(
             cfg,
             vec![
-                (0.0, Signal(HUP), vec![], Phase::Starting, None),
-                (0.0, Signal(TERM), vec![], Phase::Draining, Some(5.0)),
+                (0.0, Event::Signal(HUP), vec![], Phase::Starting, None),
+                (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
                 (5.0, Tick, vec![relay(QUIT)], Phase::Stopping, Some(25.0)),
             ],
         );
@@ -406,9 +406,9 @@ mod tests {
                     Some(32.0),
                 ),
                 // A signal now goes to whatever is left of the group.
-                (8.0, Signal(HUP), vec![fwd(HUP)], Phase::Exited, Some(32.0)),
+                (8.0, Event::Signal(HUP), vec![fwd(HUP)], Phase::Exited, Some(32.0)),
                 // A SIGTERM after the exit does not move the deadline.
-                (9.0, Signal(TERM), vec![fwd(TERM)], Phase::Exited, Some(32.0)),
+                (9.0, Event::Signal(TERM), vec![fwd(TERM)], Phase::Exited, Some(32.0)),
                 (32.0, Tick, vec![KillAll], Phase::Exited, Some(34.0)),
                 (32.5, NoChildrenLeft, vec![Exit(3)], Phase::Exited, None),
             ],
@@ -420,7 +420,7 @@ mod tests {
         run_table(
             config(),
             vec![
-                (0.0, Signal(TERM), vec![], Phase::Draining, Some(5.0)),
+                (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
                 (
                     1.0,
                     AppExited(AppStatus::Killed(TERM)),
@@ -441,7 +441,7 @@ mod tests {
         run_table(
             cfg,
             vec![
-                (0.0, Signal(TERM), vec![relay(TERM)], Phase::Stopping, Some(25.0)),
+                (0.0, Event::Signal(TERM), vec![relay(TERM)], Phase::Stopping, Some(25.0)),
                 (
                     1.0,
                     AppExited(AppStatus::Exited(0)),
@@ -467,7 +467,7 @@ mod tests {
         run_table(
             config(),
             vec![
-                (0.0, Signal(TERM), vec![], Phase::Draining, Some(5.0)),
+                (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
                 (30.0, Tick, vec![relay(TERM), KillAll], Phase::Stopping, Some(32.0)),
                 (32.0, Tick, vec![Exit(137)], Phase::Exited, None),
             ],
