@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runs the whole test suite on a fresh Debian machine, installing what it needs first.
+# Needs root: the tests create PID namespaces (unshare --pid) as a container runtime does.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need_root() {
+  if [ "$(id -u)" != 0 ]; then
+    echo "scripts/test.sh: the tests need root (PID namespaces); run it with sudo" >&2
+    exit 1
+  fi
+}
+need_root
+
+# Debian packages the tests call: unshare and script (util-linux), env with
+# --block-signal (coreutils >= 8.31), sh, grep, a C compiler for crates that build C.
+missing=()
+for tool in unshare script env sh grep cc; do
+  command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "scripts/test.sh: installing packages for: ${missing[*]}"
+  apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq util-linux bsdutils coreutils dash grep gcc >/dev/null
+fi
+command -v cargo >/dev/null 2>&1 || { echo "scripts/test.sh: cargo (rustup) is required" >&2; exit 1; }
+
+cargo test --locked "$@"
