@@ -3,6 +3,7 @@
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
+use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::{ArgAction, Parser};
@@ -19,7 +20,7 @@ const DURATION_FORM: &str = "a duration like 500ms, 5s, 2m or a plain number of 
     version,
     about = "PID 1 for containers: reaps zombies, forwards signals, drains before stopping, \
              and kills what outlives the grace deadline.",
-    override_usage = "lifeguard [OPTIONS] [--] COMMAND [ARG...]",
+    override_usage = "lifeguard [OPTIONS] [--] COMMAND [ARG...]\n       lifeguard --probe [ready|live|URL]",
     after_help = "Every option can also be set as LIFEGUARD_<NAME> (e.g. LIFEGUARD_DRAIN_DELAY=2s); \
                   the flag wins. See lifeguard(1)."
 )]
@@ -33,6 +34,35 @@ struct Cli {
     #[arg(long, env = "LIFEGUARD_GRACE", value_name = "DUR", default_value = "25s",
           value_parser = parse_duration)]
     grace: Duration,
+
+    /// Health and metrics endpoint address (HOST:PORT, :PORT), or `off`. Default 0.0.0.0:9595
+    #[arg(long, env = "LIFEGUARD_LISTEN", value_name = "ADDR", value_parser = parse_listen)]
+    listen: Option<Listen>,
+
+    /// The app is ready while GET URL answers 2xx (http:// only)
+    #[arg(long, env = "LIFEGUARD_READY_HTTP", value_name = "URL", value_parser = parse_http_url,
+          conflicts_with = "ready_tcp")]
+    ready_http: Option<hyper::Uri>,
+
+    /// The app is ready while a TCP connection to HOST:PORT succeeds
+    #[arg(long, env = "LIFEGUARD_READY_TCP", value_name = "HOST:PORT", value_parser = parse_host_port)]
+    ready_tcp: Option<(String, u16)>,
+
+    /// How often the app check runs; it also times out after this long
+    #[arg(long, env = "LIFEGUARD_READY_INTERVAL", value_name = "DUR", default_value = "1s",
+          value_parser = parse_positive_duration)]
+    ready_interval: Duration,
+
+    /// Client mode for HEALTHCHECK: GET lifeguard's own /readyz (ready), /livez (live), or
+    /// URL; exit 0 on 2xx, 1 otherwise
+    #[arg(long, value_name = "ready|live|URL", num_args = 0..=1, default_missing_value = "ready",
+          value_parser = parse_probe)]
+    probe: Option<ProbeTarget>,
+
+    /// How long --probe waits for the answer
+    #[arg(long, env = "LIFEGUARD_PROBE_TIMEOUT", value_name = "DUR", default_value = "2s",
+          value_parser = parse_positive_duration)]
+    probe_timeout: Duration,
 
     /// Signal only the direct child, not its process group (dumb-init -c)
     #[arg(short = 'c', long, env = "LIFEGUARD_SINGLE_CHILD")]
@@ -79,15 +109,44 @@ struct Cli {
     log_format: logging::Format,
 
     /// The app to supervise, and its arguments
-    #[arg(value_name = "COMMAND", trailing_var_arg = true, required = true,
+    #[arg(value_name = "COMMAND", trailing_var_arg = true, required_unless_present = "probe",
           value_parser = clap::value_parser!(OsString))]
     command: Vec<OsString>,
+}
+
+/// The endpoint address: `explicit` when the user named it (flag or environment), which
+/// turns a failure to bind into an error instead of a warning (DESIGN §4).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Listen {
+    pub addr: Option<SocketAddr>,
+    pub explicit: bool,
+}
+
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:9595";
+
+/// What `--probe` asks for.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ProbeTarget {
+    Ready,
+    Live,
+    Url(hyper::Uri),
+}
+
+/// How the app's readiness is checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AppCheckKind {
+    Http(hyper::Uri),
+    Tcp(String, u16),
 }
 
 /// Everything lifeguard needs to run, validated.
 #[derive(Debug)]
 pub struct Settings {
     pub command: Vec<OsString>,
+    pub listen: Listen,
+    pub app_check: Option<AppCheckKind>,
+    pub check_interval: Duration,
+    pub probe: Option<(ProbeTarget, Duration)>,
     pub lifecycle: lifecycle::Config,
     pub pdeathsig: Option<Signal>,
     pub warn_on_reap: bool,
@@ -150,6 +209,17 @@ fn settings(cli: Cli, lookup: &impl Fn(&str) -> Option<String>) -> Result<Settin
             group: !single_child,
         },
         command: cli.command,
+        listen: cli.listen.unwrap_or_else(|| Listen {
+            addr: Some(DEFAULT_LISTEN.parse().expect("valid default")),
+            explicit: false,
+        }),
+        app_check: match (cli.ready_http, cli.ready_tcp) {
+            (Some(url), _) => Some(AppCheckKind::Http(url)),
+            (None, Some((host, port))) => Some(AppCheckKind::Tcp(host, port)),
+            (None, None) => None,
+        },
+        check_interval: cli.ready_interval,
+        probe: cli.probe.map(|target| (target, cli.probe_timeout)),
         pdeathsig: cli.pdeathsig,
         warn_on_reap: cli.warn_on_reap,
         log_level: log_level(cli.verbose, cli.quiet, lookup)?,
@@ -200,6 +270,60 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
             .map_err(|_| format!("'{text}' is not {DURATION_FORM}"));
     }
     humantime::parse_duration(trimmed).map_err(|_| format!("'{text}' is not {DURATION_FORM}"))
+}
+
+fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+    match parse_duration(text)? {
+        d if d.is_zero() => Err(format!("'{text}' must be above zero: expected {DURATION_FORM}")),
+        d => Ok(d),
+    }
+}
+
+/// `off`, `HOST:PORT` (IPv4, `[IPv6]`), or `:PORT` for every IPv4 address.
+fn parse_listen(text: &str) -> Result<Listen, String> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(Listen { addr: None, explicit: true });
+    }
+    let full = match text.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => text.to_string(),
+    };
+    full.parse::<SocketAddr>()
+        .map(|addr| Listen { addr: Some(addr), explicit: true })
+        .map_err(|_| format!("'{text}' is not an address: expected IP:PORT (0.0.0.0:9595, [::]:9595), :PORT or off"))
+}
+
+fn parse_http_url(text: &str) -> Result<hyper::Uri, String> {
+    let accepted = "expected an http:// URL like http://127.0.0.1:8080/health";
+    let uri: hyper::Uri = text.trim().parse().map_err(|_| format!("'{text}' is not a URL: {accepted}"))?;
+    match (uri.scheme_str(), uri.host()) {
+        (Some("http"), Some(_)) => Ok(uri),
+        (Some("https"), _) => Err(format!(
+            "'{text}': https is not supported for app checks ({accepted}; check the app on its plain port)"
+        )),
+        _ => Err(format!("'{text}' is not an http URL: {accepted}")),
+    }
+}
+
+fn parse_host_port(text: &str) -> Result<(String, u16), String> {
+    let accepted = "expected HOST:PORT like 127.0.0.1:8080 or localhost:8080";
+    let (host, port) = text.trim().rsplit_once(':').ok_or_else(|| format!("'{text}': {accepted}"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    match port.parse::<u16>() {
+        Ok(port) if port > 0 && !host.is_empty() => Ok((host.to_string(), port)),
+        _ => Err(format!("'{text}': {accepted}")),
+    }
+}
+
+fn parse_probe(text: &str) -> Result<ProbeTarget, String> {
+    match text.trim() {
+        "ready" | "" => Ok(ProbeTarget::Ready),
+        "live" => Ok(ProbeTarget::Live),
+        url => parse_http_url(url)
+            .map(ProbeTarget::Url)
+            .map_err(|e| format!("{e} (or `ready` or `live`)")),
+    }
 }
 
 fn parse_signal(text: &str) -> Result<Signal, String> {
@@ -266,6 +390,32 @@ mod tests {
     }
 
     #[test]
+    fn endpoint_and_app_check_options() {
+        let s = ok(&["app"], &[]);
+        assert_eq!(s.listen, Listen { addr: Some("0.0.0.0:9595".parse().unwrap()), explicit: false });
+        assert_eq!(s.app_check, None);
+        assert_eq!(s.check_interval, Duration::from_secs(1));
+        let s = ok(&["--listen", ":8081", "--ready-tcp", "localhost:80", "app"], &[]);
+        assert_eq!(s.listen, Listen { addr: Some("0.0.0.0:8081".parse().unwrap()), explicit: true });
+        assert_eq!(s.app_check, Some(AppCheckKind::Tcp("localhost".into(), 80)));
+        let s = ok(&["--listen", "off", "--ready-http", "http://127.0.0.1:8080/health", "app"], &[]);
+        assert_eq!(s.listen.addr, None);
+        assert!(matches!(s.app_check, Some(AppCheckKind::Http(ref u)) if u.path() == "/health"));
+        let s = ok(&["--listen", "[::1]:9000", "app"], &[]);
+        assert_eq!(s.listen.addr, Some("[::1]:9000".parse().unwrap()));
+    }
+
+    #[test]
+    fn probe_needs_no_command() {
+        let s = ok(&["--probe"], &[]);
+        assert_eq!(s.probe, Some((ProbeTarget::Ready, Duration::from_secs(2))));
+        let s = ok(&["--probe", "live", "--probe-timeout", "500ms"], &[]);
+        assert_eq!(s.probe, Some((ProbeTarget::Live, Duration::from_millis(500))));
+        let s = ok(&["--probe", "http://127.0.0.1:1/x"], &[]);
+        assert!(matches!(s.probe, Some((ProbeTarget::Url(_), _))));
+    }
+
+    #[test]
     fn durations_accept_units_and_plain_seconds() {
         for (text, ms) in [("500ms", 500), ("5s", 5000), ("2m", 120_000), ("1.5", 1500), ("0", 0)] {
             assert_eq!(parse_duration(text), Ok(Duration::from_millis(ms)), "{text}");
@@ -306,6 +456,18 @@ mod tests {
         assert!(m.contains("--bogus"), "{m}");
         let m = usage_error(&[], &[]);
         assert!(m.contains("COMMAND"), "{m}");
+        let m = usage_error(&["--listen", "nowhere", "app"], &[]);
+        assert!(m.contains("--listen") && m.contains("IP:PORT"), "{m}");
+        let m = usage_error(&["--ready-http", "https://x/", "app"], &[]);
+        assert!(m.contains("--ready-http") && m.contains("http://"), "{m}");
+        let m = usage_error(&["--ready-tcp", "localhost", "app"], &[]);
+        assert!(m.contains("--ready-tcp") && m.contains("HOST:PORT"), "{m}");
+        let m = usage_error(&["--ready-tcp", "a:1", "--ready-http", "http://a/", "app"], &[]);
+        assert!(m.contains("--ready-tcp") && m.contains("--ready-http"), "{m}");
+        let m = usage_error(&["--ready-interval", "0", "app"], &[]);
+        assert!(m.contains("--ready-interval") && m.contains("above zero"), "{m}");
+        let m = usage_error(&["--probe", "sideways"], &[]);
+        assert!(m.contains("--probe") && m.contains("live"), "{m}");
         let m = usage_error(&["app"], &[("TINI_VERBOSITY", "loud")]);
         assert!(m.contains("TINI_VERBOSITY"), "{m}");
     }

@@ -161,8 +161,37 @@ fn raw_sigset(signals: impl IntoIterator<Item = Signal>) -> libc::sigset_t {
     }
 }
 
+/// Whether `signal` has arrived and waits in the inbox, not yet read by the loop.
+pub fn signal_pending(signal: Signal) -> bool {
+    // SAFETY: sigpending writes the pending set into the initialised `set`.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigpending(&mut set) == 0 && libc::sigismember(&set, signal.0) == 1
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // Lifeguard's own process attributes.
+
+/// The descriptor limit lifeguard was started with, when it raised its own.
+static INHERITED_NOFILE: std::sync::OnceLock<libc::rlimit> = std::sync::OnceLock::new();
+
+/// Raises lifeguard's soft descriptor limit to at least `wanted` (within the hard
+/// limit): the endpoint may hold 1024 connections and the common soft limit is 1024.
+/// The app gets the original limit back (`spawn_app`).
+pub fn raise_descriptor_limit(wanted: u64) {
+    let Ok((soft, hard)) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE) else {
+        return;
+    };
+    let target = wanted.min(hard);
+    if soft >= target {
+        return;
+    }
+    if nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, target, hard).is_ok() {
+        let _ = INHERITED_NOFILE.set(libc::rlimit { rlim_cur: soft, rlim_max: hard });
+    }
+}
 
 pub fn own_pid() -> i32 {
     std::process::id() as i32
@@ -240,6 +269,7 @@ pub fn release_terminal(inbox: &SignalInbox) -> bool {
 /// code that waits.
 pub fn spawn_app(command: &[OsString], take_terminal: bool) -> io::Result<i32> {
     let (mask_bits, ignored_bits) = inherited_signal_state();
+    let nofile = INHERITED_NOFILE.get().copied();
     let mask = raw_sigset((1..=signals::MAX).filter(|n| mask_bits & (1 << (n - 1)) != 0).map(Signal));
     let mut cmd = Command::new(&command[0]);
     cmd.args(&command[1..])
@@ -247,8 +277,8 @@ pub fn spawn_app(command: &[OsString], take_terminal: bool) -> io::Result<i32> {
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit());
     // SAFETY: the closure runs between fork and exec in the child, where only
-    // async-signal-safe calls are allowed: setsid, ioctl, sigaction and sigprocmask are,
-    // and it allocates nothing (the mask was built before the fork).
+    // async-signal-safe calls are allowed: setsid, ioctl, sigaction, sigprocmask
+    // and setrlimit are, and it allocates nothing (the mask was built before the fork).
     unsafe {
         cmd.pre_exec(move || {
             if libc::setsid() < 0 {
@@ -269,6 +299,9 @@ pub fn spawn_app(command: &[OsString], take_terminal: bool) -> io::Result<i32> {
                 };
                 // Errors are for numbers the C library reserves; nothing to restore.
                 libc::signal(n, disposition);
+            }
+            if let Some(limit) = &nofile {
+                libc::setrlimit(libc::RLIMIT_NOFILE, limit);
             }
             if libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut()) != 0 {
                 return Err(io::Error::last_os_error());

@@ -2,10 +2,15 @@
 //! subreaper, terminal), start the app, and hand over to the supervision loop.
 #![deny(unsafe_code)]
 
+mod app_check;
 mod cli;
+mod health;
+mod http;
+mod http_client;
 mod kernel;
 mod lifecycle;
 mod logging;
+mod probe;
 mod signals;
 mod stats;
 mod supervisor;
@@ -18,6 +23,7 @@ use anyhow::Context;
 use tokio::sync::watch;
 
 use crate::cli::{Parsed, Settings};
+use crate::health::AppCheck;
 use crate::lifecycle::{Lifecycle, Phase};
 use crate::supervisor::{Status, Supervisor};
 
@@ -25,6 +31,8 @@ use crate::supervisor::{Status, Supervisor};
 const EXIT_SETUP_FAILED: u8 = 125;
 const EXIT_CANNOT_EXECUTE: u8 = 126;
 const EXIT_NOT_FOUND: u8 = 127;
+/// Room for the endpoint's 1024 connections and lifeguard's own descriptors.
+const MAX_DESCRIPTORS: u64 = 2048;
 
 fn main() -> ExitCode {
     match run() {
@@ -49,6 +57,9 @@ fn run() -> anyhow::Result<ExitCode> {
         }
     };
     logging::init(settings.log_level, settings.log_format);
+    if let Some((target, timeout)) = &settings.probe {
+        return Ok(ExitCode::from(probe::run(target, settings.listen, *timeout)));
+    }
     supervise(*settings).map(ExitCode::from)
 }
 
@@ -69,6 +80,9 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
         .enable_all()
         .build()
         .context("starting the runtime")?;
+    // Bound before the app starts, so an unusable explicit address stops everything
+    // with 125 and nothing is left half-started (DESIGN §4).
+    let listener = bind_endpoint(settings.listen)?;
     let take_terminal = kernel::release_terminal(&inbox);
 
     let program = settings.command[0].to_string_lossy().into_owned();
@@ -85,26 +99,67 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
     };
     logging::info("app started", &[("pid", &app_pid), ("command", &program)]);
 
-    let (status_tx, _status_rx) = watch::channel(Status {
+    let (status_tx, status_rx) = watch::channel(Status {
         phase: Phase::Starting,
         app_pid,
     });
-    // No app check yet: the app counts as ready once it is spawned (DESIGN §3).
-    let (_ready_tx, ready_rx) = watch::channel(true);
+    let (check_tx, check_rx) = watch::channel(AppCheck::Pending);
+    let stats = Arc::new(stats::Stats::default());
+    let observed = http::Observed {
+        status: status_rx,
+        check: check_rx.clone(),
+        stats: stats.clone(),
+    };
     let supervisor = Supervisor {
+        group: settings.lifecycle.group,
         lifecycle: Lifecycle::new(settings.lifecycle),
         app_pid,
-        group: true,
         warn_on_reap: settings.warn_on_reap,
         status: status_tx,
-        app_ready: ready_rx,
-        stats: Arc::new(stats::Stats::default()),
+        app_check: check_rx,
+        stats,
     };
-    let supervisor = Supervisor {
-        group: supervisor.lifecycle.config().group,
-        ..supervisor
-    };
-    let code = runtime.block_on(supervisor.run(inbox));
+    let code = runtime.block_on(async move {
+        if let Some(listener) = listener {
+            match tokio::net::TcpListener::from_std(listener) {
+                Ok(listener) => {
+                    tokio::spawn(http::serve(listener, observed));
+                }
+                Err(err) => logging::error(format!("endpoint unavailable: {err}"), &[]),
+            }
+        }
+        tokio::spawn(app_check::run(settings.app_check, settings.check_interval, check_tx));
+        supervisor.run(inbox).await
+    });
+    // Do not wait for connections or a DNS lookup still under way: the app is gone.
+    runtime.shutdown_background();
     logging::info("lifeguard exiting", &[("code", &code)]);
     Ok(code)
+}
+
+/// The endpoint's listener, if it is on. An address the user named must work; the
+/// default may be taken (two lifeguards in one pod), which costs only a warning.
+fn bind_endpoint(listen: cli::Listen) -> anyhow::Result<Option<std::net::TcpListener>> {
+    let Some(addr) = listen.addr else {
+        return Ok(None);
+    };
+    kernel::raise_descriptor_limit(MAX_DESCRIPTORS);
+    let bound = std::net::TcpListener::bind(addr).and_then(|l| {
+        l.set_nonblocking(true)?;
+        Ok(l)
+    });
+    match bound {
+        Ok(listener) => {
+            logging::info("endpoint listening", &[("addr", &addr)]);
+            Ok(Some(listener))
+        }
+        Err(err) if listen.explicit => Err(err).with_context(|| format!("cannot listen on {addr}")),
+        Err(err) => {
+            logging::warn(
+                format!("cannot listen on the default address {addr}: {err}; running without the endpoint"),
+                &[],
+            );
+            Ok(None)
+        }
+    }
 }

@@ -13,6 +13,7 @@ pub struct Signal(pub i32);
 pub const MAX: i32 = 64;
 
 pub const HUP: Signal = Signal(libc::SIGHUP);
+#[cfg(test)]
 pub const INT: Signal = Signal(libc::SIGINT);
 pub const KILL: Signal = Signal(libc::SIGKILL);
 pub const TERM: Signal = Signal(libc::SIGTERM);
@@ -125,6 +126,7 @@ impl Signal {
 
     /// Signals lifeguard can catch and pass on: all but KILL and STOP, which nobody can
     /// catch, and the real-time numbers the C library keeps for itself.
+    #[cfg(test)]
     pub fn forwardable() -> impl Iterator<Item = Signal> {
         (1..=MAX)
             .filter(|&n| n != libc::SIGKILL && n != libc::SIGSTOP)

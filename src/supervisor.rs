@@ -8,6 +8,7 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 
+use crate::health::AppCheck;
 use crate::kernel::{self, Reaped, SignalInbox};
 use crate::lifecycle::{Action, AppStatus, Event, Lifecycle, Phase};
 use crate::logging;
@@ -28,8 +29,8 @@ pub struct Supervisor {
     pub group: bool,
     pub warn_on_reap: bool,
     pub status: watch::Sender<Status>,
-    /// Turns true when the app check first passes (DESIGN §3, Starting → Running).
-    pub app_ready: watch::Receiver<bool>,
+    /// The app check's verdicts; the first pass moves Starting → Running (DESIGN §3).
+    pub app_check: watch::Receiver<AppCheck>,
     pub stats: Arc<Stats>,
 }
 
@@ -55,7 +56,7 @@ impl Supervisor {
                     return code;
                 }
             }
-            if !ready_seen && *self.app_ready.borrow() {
+            if !ready_seen && *self.app_check.borrow() == AppCheck::Passing {
                 ready_seen = true;
                 if let Some(code) = self.step(Event::AppReady) {
                     return code;
@@ -84,7 +85,7 @@ impl Supervisor {
                     }
                 }
                 _ = sleep, if deadline.is_some() => events.push(Event::Tick),
-                changed = self.app_ready.changed(), if !ready_seen => {
+                changed = self.app_check.changed(), if !ready_seen => {
                     if changed.is_err() {
                         // The check task ended without a verdict; stay Starting.
                         ready_seen = true;

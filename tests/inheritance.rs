@@ -82,7 +82,11 @@ fn no_descriptor_of_lifeguards_leaks_into_the_app() {
     let out = std::process::Command::new(TESTAPP).args(["--report", "--exit", "0"]).output().unwrap();
     let direct = fds(&String::from_utf8_lossy(&out.stdout));
     for mode in MODES {
-        let mut run = start(mode, &args(&["-vv"], &["--report", "--exit", "0"]));
+        // With the endpoint listening and the app check's client in use too.
+        let mut run = start(
+            mode,
+            &args(&["-vv", "--listen", "127.0.0.1:0", "--ready-tcp", "127.0.0.1:9", "--ready-interval", "50ms"], &["--report", "--exit", "0"]),
+        );
         assert_eq!(run.value("fds"), direct, "[{mode:?}] the app sees descriptors it would not see without lifeguard");
         run.expect_exit(0);
     }
@@ -123,4 +127,28 @@ fn with_a_terminal_on_stdin_the_app_is_the_foreground_group() {
         .expect("script(1) from util-linux is needed for this test");
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("foreground true"), "the app does not own the terminal:\n{text}");
+}
+
+#[test]
+fn the_app_gets_the_descriptor_limit_lifeguard_was_started_with() {
+    // lifeguard raises its own soft limit for the endpoint's connections; the app must
+    // not notice.
+    let script = format!("ulimit -Sn; exec {TESTAPP}");
+    let mut run = start_with(Mode::Subreaper, &["--listen", "127.0.0.1:0", "--", "sh", "-c", &script], |c| {
+        let program = c.get_program().to_owned();
+        let argv: Vec<_> = c.get_args().map(|a| a.to_owned()).collect();
+        let mut wrapped = std::process::Command::new("prlimit");
+        wrapped.args(["--nofile=512:4096"]).arg(program).args(argv);
+        wrapped.env("LIFEGUARD_LISTEN", "off");
+        wrapped.stdin(std::process::Stdio::null());
+        wrapped.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        *c = wrapped;
+    });
+    run.expect_line("512");
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", run.pid)).unwrap();
+    let soft = limits.lines().find(|l| l.starts_with("Max open files")).unwrap();
+    assert!(soft.split_whitespace().nth(3) == Some("2048"), "lifeguard's own limit: {soft}");
+    run.ready();
+    run.signal(libc::SIGINT);
+    run.expect_exit(0);
 }

@@ -92,7 +92,10 @@ pub fn start_with(mode: Mode, args: &[&str], tweak: impl FnOnce(&mut Command)) -
         }
         Mode::Subreaper => Command::new(LIFEGUARD),
     };
+    // The endpoint is off unless a test asks for it with --listen (the flag wins over
+    // its environment twin): parallel tests would fight over the default port.
     cmd.args(args)
+        .env("LIFEGUARD_LISTEN", "off")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());

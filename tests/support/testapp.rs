@@ -13,6 +13,11 @@
 //!   --report          print what it inherited: `mask`, `ignored`, `fds`, `pgid`, `sid`,
 //!                     `foreground` (its group owns the terminal on stdin)
 //!   --ignore-stop     do not let TSTP/TTIN/TTOU stop it (report them instead)
+//!   --http PORT       serve HTTP on 127.0.0.1:PORT like a naive web server: `/slow`
+//!                     answers after 2 s, `/health` 200 (500 after SIGUSR1 flips it),
+//!                     anything else 200 at once; prints `request PATH` on arrival. On
+//!                     SIGTERM it closes its port at once (as Uvicorn does), prints
+//!                     `closed`, finishes the requests in flight, then exits
 #![allow(unsafe_code)]
 
 use std::io::Write;
@@ -28,6 +33,7 @@ fn main() {
     let mut daemon = None;
     let mut report = false;
     let mut ignore_stop = false;
+    let mut http_port = None;
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = || it.next().expect("option needs a value").clone();
@@ -43,6 +49,7 @@ fn main() {
             "--daemon" => daemon = Some(value()),
             "--report" => report = true,
             "--ignore-stop" => ignore_stop = true,
+            "--http" => http_port = Some(value().parse::<u16>().unwrap()),
             other => panic!("testapp: unknown option {other}"),
         }
     }
@@ -69,6 +76,7 @@ fn main() {
     if zombies > 0 {
         leave_zombies(zombies);
     }
+    let server = http_port.map(web::Server::start);
     say("ready");
     if let Some(n) = exit_now {
         std::process::exit(n);
@@ -81,6 +89,16 @@ fn main() {
             continue;
         }
         say(&format!("signal {}", signal_name(sig)));
+        if let Some(server) = &server {
+            if sig == libc::SIGUSR1 {
+                server.flip_health();
+            }
+            if sig == libc::SIGTERM {
+                server.close_and_finish();
+                say("exiting");
+                std::process::exit(code);
+            }
+        }
         if exit_on.contains(&sig) {
             std::thread::sleep(Duration::from_millis(linger));
             say("exiting");
@@ -209,5 +227,88 @@ fn spawn_daemon(mode: &str) {
             unsafe { libc::waitpid(pid, &mut status, 0) };
         }
         _ => panic!("fork failed"),
+    }
+}
+
+/// The naive web server of `--http`.
+mod web {
+    use std::io::{Read, Write};
+    use std::net::{TcpListener, TcpStream};
+    use std::os::fd::AsRawFd;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    pub struct Server {
+        fd: i32,
+        in_flight: Arc<AtomicUsize>,
+        healthy: Arc<AtomicBool>,
+    }
+
+    impl Server {
+        pub fn start(port: u16) -> Server {
+            let listener = TcpListener::bind(("127.0.0.1", port)).expect("testapp: bind");
+            let server = Server {
+                fd: listener.as_raw_fd(),
+                in_flight: Arc::new(AtomicUsize::new(0)),
+                healthy: Arc::new(AtomicBool::new(true)),
+            };
+            let (in_flight, healthy) = (server.in_flight.clone(), server.healthy.clone());
+            std::thread::spawn(move || {
+                for stream in listener.incoming() {
+                    let Ok(stream) = stream else { break };
+                    // Counted before the handler starts, so a close never misses it.
+                    in_flight.fetch_add(1, Ordering::SeqCst);
+                    let (in_flight, healthy) = (in_flight.clone(), healthy.clone());
+                    std::thread::spawn(move || {
+                        handle(stream, &healthy);
+                        in_flight.fetch_sub(1, Ordering::SeqCst);
+                    });
+                }
+            });
+            server
+        }
+
+        pub fn flip_health(&self) {
+            self.healthy.fetch_xor(true, Ordering::SeqCst);
+        }
+
+        /// Stops listening at once, then waits for the requests in flight.
+        pub fn close_and_finish(&self) {
+            // SAFETY: shutting down our own listening socket; accept() then fails and
+            // new connections are refused.
+            unsafe { libc::shutdown(self.fd, libc::SHUT_RDWR) };
+            super::say("closed");
+            while self.in_flight.load(Ordering::SeqCst) > 0 {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }
+
+    fn handle(mut stream: TcpStream, healthy: &AtomicBool) {
+        let mut head = Vec::new();
+        let mut buf = [0u8; 1024];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+            match stream.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+        }
+        let head = String::from_utf8_lossy(&head);
+        let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+        super::say(&format!("request {path}"));
+        let (status, body) = match path.as_str() {
+            "/slow" => {
+                std::thread::sleep(Duration::from_secs(2));
+                ("200 OK", "slow done")
+            }
+            "/health" if !healthy.load(Ordering::SeqCst) => ("500 Internal Server Error", "sick"),
+            _ => ("200 OK", "hello"),
+        };
+        let response = format!(
+            "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = stream.write_all(response.as_bytes());
     }
 }

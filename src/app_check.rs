@@ -1,0 +1,65 @@
+//! The app check (`--ready-http`, `--ready-tcp`): runs every `--ready-interval`, times
+//! out after the same, and publishes its verdict for `/readyz` and the Starting →
+//! Running step of the lifecycle.
+#![forbid(unsafe_code)]
+
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use crate::cli::AppCheckKind;
+use crate::health::AppCheck;
+use crate::http_client;
+use crate::logging;
+
+/// Runs forever (until the runtime stops); with no check configured the app counts as
+/// ready as soon as it is spawned (DESIGN §3).
+pub async fn run(check: Option<AppCheckKind>, interval: Duration, verdicts: watch::Sender<AppCheck>) {
+    let Some(check) = check else {
+        verdicts.send_replace(AppCheck::Passing);
+        return;
+    };
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let verdict = match tokio::time::timeout(interval, once(&check)).await {
+            Ok(Ok(())) => AppCheck::Passing,
+            Ok(Err(reason)) => AppCheck::Failing(reason),
+            Err(_) => AppCheck::Failing(format!(
+                "no answer within {}",
+                humantime::format_duration(interval)
+            )),
+        };
+        let before = verdicts.borrow().clone();
+        if verdict != before {
+            match (&before, &verdict) {
+                (_, AppCheck::Passing) => logging::info("app check passing", &[]),
+                // Failures before the first pass are the app starting up: not news.
+                (AppCheck::Pending, AppCheck::Failing(reason)) => {
+                    logging::debug("app check not passing yet", &[("reason", reason)])
+                }
+                (_, AppCheck::Failing(reason)) => logging::warn("app check failing", &[("reason", reason)]),
+                _ => {}
+            }
+            if before == AppCheck::Pending && verdict != AppCheck::Passing {
+                // Stay Pending until the first pass: /readyz says "starting" till then.
+                continue;
+            }
+            verdicts.send_replace(verdict);
+        }
+    }
+}
+
+async fn once(check: &AppCheckKind) -> Result<(), String> {
+    match check {
+        AppCheckKind::Http(uri) => match http_client::get(uri).await? {
+            (200..=299, _) => Ok(()),
+            (status, _) => Err(format!("GET {uri} answered {status}")),
+        },
+        AppCheckKind::Tcp(host, port) => tokio::net::TcpStream::connect((host.as_str(), *port))
+            .await
+            .map(drop)
+            .map_err(|e| format!("cannot connect to {host}:{port}: {}", e.kind().to_string().to_lowercase())),
+    }
+}

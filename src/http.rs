@@ -1,0 +1,209 @@
+//! The health and metrics endpoint (DESIGN §4), served by hyper on the supervision
+//! runtime. Endpoints:
+//!
+//! - `GET /livez`   200 `alive` while the app runs; 503 `exited` after
+//! - `GET /readyz`  200 `ready`; 503 `starting`, `draining`, or `not ready: <reason>`
+//! - `GET /metrics` Prometheus text format 0.0.4
+//! - anything else: 404; a method other than GET or HEAD: 405
+//!
+//! Limits, so a slow or hostile client costs a socket and nothing else: a request head
+//! of at most 16 KiB (431 and close), 5 s to send it, idle keep-alive closed after 5 s,
+//! at most 1024 connections (the least recently active one makes room for a new one).
+#![forbid(unsafe_code)]
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::TcpListener;
+use tokio::sync::{watch, Notify};
+
+use crate::health::{self, AppCheck};
+use crate::kernel;
+use crate::lifecycle::Phase;
+use crate::logging;
+use crate::signals;
+use crate::stats::Stats;
+use crate::supervisor::Status;
+
+/// Largest request head; hyper answers 431 beyond its read buffer.
+const MAX_HEAD: usize = 16 * 1024;
+/// Time to send a request head, which is also how long a keep-alive connection may sit
+/// idle: hyper starts this timer whenever it waits for a head.
+const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+const MAX_CONNECTIONS: usize = 1024;
+
+/// What the handlers read; all of it is written elsewhere (supervisor, app check).
+#[derive(Clone)]
+pub struct Observed {
+    pub status: watch::Receiver<Status>,
+    pub check: watch::Receiver<AppCheck>,
+    pub stats: Arc<Stats>,
+}
+
+impl Observed {
+    fn readiness(&self) -> health::Verdict {
+        let phase = self.status.borrow().phase;
+        // A SIGTERM the loop has not read yet already counts (DESIGN §3: "at once").
+        let term_pending = matches!(phase, Phase::Starting | Phase::Running)
+            && kernel::signal_pending(signals::TERM);
+        health::readiness(phase, &self.check.borrow(), term_pending)
+    }
+}
+
+/// Accepts connections until the runtime stops.
+pub async fn serve(listener: TcpListener, observed: Observed) {
+    let registry = Arc::new(Mutex::new(Registry::default()));
+    loop {
+        let stream = match listener.accept().await {
+            Ok((stream, _)) => stream,
+            Err(err) => {
+                // EMFILE and friends: back off instead of spinning; connections already
+                // open keep being served.
+                logging::debug(format!("accept failed: {err}"), &[]);
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let (id, close) = registry.lock().expect("registry lock").admit();
+        let registry = registry.clone();
+        let observed = observed.clone();
+        tokio::spawn(async move {
+            connection(stream, id, close, &registry, observed).await;
+            registry.lock().expect("registry lock").conns.remove(&id);
+        });
+    }
+}
+
+async fn connection(
+    stream: tokio::net::TcpStream,
+    id: u64,
+    close: Arc<Notify>,
+    registry: &Arc<Mutex<Registry>>,
+    observed: Observed,
+) {
+    let touched = registry.clone();
+    let service = hyper::service::service_fn(move |request: Request<Incoming>| {
+        if let Some(conn) = touched.lock().expect("registry lock").conns.get_mut(&id) {
+            conn.last_active = Instant::now();
+        }
+        let response = respond(&request, &observed);
+        async move { Ok::<_, Infallible>(response) }
+    });
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEAD_TIMEOUT)
+        .max_buf_size(MAX_HEAD)
+        .serve_connection(TokioIo::new(stream), service);
+    tokio::select! {
+        _ = conn => {}
+        // Evicted to make room: dropping the connection closes the socket.
+        _ = close.notified() => {}
+    }
+}
+
+fn respond(request: &Request<Incoming>, observed: &Observed) -> Response<Full<Bytes>> {
+    if request.method() != Method::GET && request.method() != Method::HEAD {
+        let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed".into());
+        response.headers_mut().insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+        return response;
+    }
+    match request.uri().path() {
+        "/livez" => verdict(health::liveness(observed.status.borrow().phase)),
+        "/readyz" => verdict(observed.readiness()),
+        "/metrics" => {
+            let phase = observed.status.borrow().phase;
+            let ready = observed.readiness().0 == 200;
+            let draining = matches!(phase, Phase::Draining | Phase::Stopping);
+            let mut response = text(StatusCode::OK, health::metrics(ready, draining, &observed.stats));
+            response.headers_mut().insert(
+                CONTENT_TYPE,
+                HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+            );
+            response
+        }
+        _ => text(StatusCode::NOT_FOUND, "not found".into()),
+    }
+}
+
+fn verdict((code, body): health::Verdict) -> Response<Full<Bytes>> {
+    text(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), body)
+}
+
+fn text(status: StatusCode, mut body: String) -> Response<Full<Bytes>> {
+    body.push('\n');
+    let mut response = Response::new(Full::new(Bytes::from(body)));
+    *response.status_mut() = status;
+    response
+        .headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    response
+}
+
+/// Open connections, to cap their number.
+#[derive(Default)]
+struct Registry {
+    next_id: u64,
+    conns: HashMap<u64, Conn>,
+}
+
+struct Conn {
+    last_active: Instant,
+    close: Arc<Notify>,
+}
+
+impl Registry {
+    /// Registers a new connection; at the cap, first evicts the least recently active.
+    fn admit(&mut self) -> (u64, Arc<Notify>) {
+        if self.conns.len() >= MAX_CONNECTIONS {
+            if let Some(oldest) = self.conns.iter().min_by_key(|(_, c)| c.last_active).map(|(id, _)| *id) {
+                if let Some(conn) = self.conns.remove(&oldest) {
+                    // notify_one keeps a permit if the task is not waiting yet.
+                    conn.close.notify_one();
+                }
+            }
+        }
+        self.next_id += 1;
+        let close = Arc::new(Notify::new());
+        self.conns.insert(
+            self.next_id,
+            Conn {
+                last_active: Instant::now(),
+                close: close.clone(),
+            },
+        );
+        (self.next_id, close)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_least_recently_active_connection_makes_room() {
+        let mut registry = Registry::default();
+        let mut closers = Vec::new();
+        for _ in 0..MAX_CONNECTIONS {
+            closers.push(registry.admit());
+        }
+        // The first one was active just now; the second is the oldest.
+        registry.conns.get_mut(&closers[0].0).unwrap().last_active = Instant::now();
+        let _ = registry.admit();
+        assert_eq!(registry.conns.len(), MAX_CONNECTIONS);
+        assert!(!registry.conns.contains_key(&closers[1].0));
+        assert!(registry.conns.contains_key(&closers[0].0));
+        // Its task is told to close (the permit waits for it).
+        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        rt.block_on(async {
+            tokio::time::timeout(Duration::from_secs(1), closers[1].1.notified()).await.expect("close sent");
+        });
+    }
+}

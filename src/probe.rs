@@ -1,0 +1,74 @@
+//! `lifeguard --probe [ready|live|URL]`: the HEALTHCHECK client for images without curl.
+//! Exit 0 on a 2xx answer, 1 on anything else (including nothing listening), always
+//! within `--probe-timeout`.
+#![forbid(unsafe_code)]
+
+use std::io::Write;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::time::Duration;
+
+use crate::cli::{Listen, ProbeTarget};
+use crate::http_client;
+
+pub fn run(target: &ProbeTarget, listen: Listen, timeout: Duration) -> u8 {
+    let uri = match target_uri(target, listen) {
+        Ok(uri) => uri,
+        Err(reason) => return fail(&reason),
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+        Ok(rt) => rt,
+        Err(err) => return fail(&format!("cannot start: {err}")),
+    };
+    let answer = runtime.block_on(async { tokio::time::timeout(timeout, http_client::get(&uri)).await });
+    runtime.shutdown_background();
+    match answer {
+        Ok(Ok((status, body))) => {
+            let _ = writeln!(std::io::stdout(), "{status} {body}");
+            if (200..300).contains(&status) {
+                0
+            } else {
+                fail(&format!("GET {uri} answered {status} {body}"))
+            }
+        }
+        Ok(Err(reason)) => fail(&reason),
+        Err(_) => fail(&format!("GET {uri}: no answer within {}", humantime::format_duration(timeout))),
+    }
+}
+
+fn fail(reason: &str) -> u8 {
+    let _ = writeln!(std::io::stderr(), "lifeguard: probe failed: {reason}");
+    1
+}
+
+/// lifeguard's own endpoint, reached over loopback when it listens on every address.
+fn target_uri(target: &ProbeTarget, listen: Listen) -> Result<hyper::Uri, String> {
+    let path = match target {
+        ProbeTarget::Url(uri) => return Ok(uri.clone()),
+        ProbeTarget::Ready => "/readyz",
+        ProbeTarget::Live => "/livez",
+    };
+    let addr = listen
+        .addr
+        .ok_or("the endpoint is off (--listen off / LIFEGUARD_LISTEN=off); give --probe a URL")?;
+    let addr = match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => SocketAddr::new(Ipv4Addr::LOCALHOST.into(), addr.port()),
+        IpAddr::V6(ip) if ip.is_unspecified() => SocketAddr::new(Ipv6Addr::LOCALHOST.into(), addr.port()),
+        _ => addr,
+    };
+    format!("http://{addr}{path}").parse().map_err(|e| format!("{addr}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probes_reach_the_endpoint_over_loopback() {
+        let any = Listen { addr: Some("0.0.0.0:9595".parse().unwrap()), explicit: false };
+        assert_eq!(target_uri(&ProbeTarget::Ready, any).unwrap(), "http://127.0.0.1:9595/readyz");
+        let v6 = Listen { addr: Some("[::]:81".parse().unwrap()), explicit: true };
+        assert_eq!(target_uri(&ProbeTarget::Live, v6).unwrap(), "http://[::1]:81/livez");
+        let off = Listen { addr: None, explicit: true };
+        assert!(target_uri(&ProbeTarget::Ready, off).unwrap_err().contains("off"));
+    }
+}
