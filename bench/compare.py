@@ -6,12 +6,14 @@ delivery through a shell entrypoint (as PID 1) and zombie-reaping time (as PID 1
 Needs root (PID namespaces, apt-get). Usage: python3 bench/compare.py [--help]
 """
 import argparse
+import contextlib
+import ctypes
 import datetime
 import os
 import platform
 import select
-import shutil
 import signal
+import statistics
 import struct
 import subprocess
 import sys
@@ -24,14 +26,7 @@ BUILD = ["cargo", "build", "--release", "--target", "x86_64-unknown-linux-musl",
          "--bin", "lifeguard", "--bin", "lifeguard-testapp"]
 DEBIAN = {"tini": "/usr/bin/tini", "dumb-init": "/usr/bin/dumb-init", "catatonit": "/usr/bin/catatonit"}
 UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
-STARTED = []  # every Popen this script started; cleanup() kills whatever is left
-
-
-def median(xs):
-    """Median of a list of numbers."""
-    s = sorted(xs)
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+STARTED = []  # every Popen this script started; main() kills whatever is left at the end
 
 
 def pct(xs, p):
@@ -59,9 +54,11 @@ class Lines:
     """Reads lines from a child's stdout pipe, every wait bounded by a deadline."""
 
     def __init__(self, pipe):
+        """Wrap the read end of a pipe."""
         self.fd, self.buf, self.eof = pipe.fileno(), b"", False
 
     def _fill(self, deadline):
+        """Append one read to the buffer, or raise TimeoutError at the deadline."""
         left = deadline - time.monotonic()
         if left <= 0 or not select.select([self.fd], [], [], left)[0]:
             raise TimeoutError("no output in time")
@@ -112,20 +109,33 @@ def children(pid):
     return kids
 
 
+def become_subreaper():
+    """Make orphans of what this script starts re-parent to it (reaped at the end), not to PID 1."""
+    if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+        print("warning: could not become a subreaper", file=sys.stderr)
+
+
+def reap_orphans():
+    """Reap every child left (killed orphans re-parented to this script), for up to 5 s."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                time.sleep(0.01)
+        except ChildProcessError:
+            return
+    print("warning: some children did not exit", file=sys.stderr)
+
+
 def kill_tree(p):
-    """SIGKILL p and all its descendants (never this script or its group), then reap p."""
-    if p.poll() is None:
-        todo, tree = [p.pid], []
-        while todo:
-            pid = todo.pop()
-            tree.append(pid)
-            todo += children(pid)
-        for pid in tree:
-            if pid != os.getpid():
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
+    """SIGKILL p and all its descendants (never this script), then reap p."""
+    todo = [p.pid] if p.poll() is None else []
+    while todo:
+        pid = todo.pop()
+        todo += children(pid)  # before the kill, while they are still its children
+        if pid != os.getpid():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
     try:
         p.wait(timeout=5)
     except subprocess.TimeoutExpired:
@@ -173,7 +183,7 @@ def bench_true(cmds, n):
             times[k].append((time.perf_counter_ns() - t0) / 1000)
             if status != 0:
                 raise RuntimeError(f"{k}: /bin/true exited with status {status}")
-    return {k: (median(v), pct(v, 90)) for k, v in times.items()}
+    return {k: (statistics.median(v), pct(v, 90)) for k, v in times.items()}
 
 
 def bench_rss(cmds, runs):
@@ -188,7 +198,7 @@ def bench_rss(cmds, runs):
                     rss[k] += [int(l.split()[1]) for l in f if l.startswith("VmRSS:")]
             finally:
                 kill_tree(p)
-    return {k: median(v) for k, v in rss.items()}
+    return {k: statistics.median(v) for k, v in rss.items()}
 
 
 def bench_latency(cmds, testapp, n):
@@ -207,7 +217,7 @@ def bench_latency(cmds, testapp, n):
     finally:
         for p, _ in procs.values():
             kill_tree(p)
-    return {k: (median(v), pct(v, 99)) for k, v in lat.items()}
+    return {k: (statistics.median(v), pct(v, 99)) for k, v in lat.items()}
 
 
 def bench_shell_term(cmds, testapp, runs):
@@ -248,22 +258,29 @@ def threads():
         return int(f.read().split()[3].split("/")[1])
 
 
+def cpu_ns(pid):
+    """CPU time (ns) pid's threads have run, from /proc/PID/task/*/schedstat, once all sleep."""
+    tasks = [f"/proc/{pid}/task/{tid}" for tid in os.listdir(f"/proc/{pid}/task")]
+    asleep = lambda: all(open(f"{t}/stat").read().rsplit(")", 1)[1].split()[0] in "STD" for t in tasks)
+    wait_for(asleep, f"pid {pid} to sleep")  # the counter is brought up to date when it stops
+    return sum(int(open(f"{t}/schedstat").read().split()[0]) for t in tasks)
+
+
 def time_reaping(init, zombies, timeout=60.0):
-    """SIGCONT the stopped init; seconds until it has no zombie child left."""
-    before = threads()
+    """SIGCONT the stopped init; (wall s, init CPU s) until it has no zombie child left."""
+    before, cpu = threads(), cpu_ns(init)
     t0 = time.perf_counter()
     os.kill(init, signal.SIGCONT)
     slow_check = t0 + 0.02
     while (t := time.perf_counter()) - t0 < timeout:
-        # Fast path: the thread count fell by `zombies` (then the check below is cheap).
-        # Every 20 ms look in the namespace anyway, so processes that others start meanwhile
-        # cannot hide the end; a slow look counts until it finishes. Neither lists the
-        # zombies first: cached /proc dentries make each reap ~2x slower. Nor is
-        # /proc/PID/task/*/children used here: it skips entries while they are reaped.
+        # Fast: the thread count fell by `zombies`. Slow, every 20 ms, in case others' processes
+        # mask that: list the namespace (costly while the zombies are many; counts till done).
+        # See bench/README.md for why not /proc/PID/task/*/children or listing up front.
         fast = threads() <= before - zombies
         slow = not fast and t > slow_check
         if (fast or slow) and not namespace_has_zombie(init):
-            return (time.perf_counter() if slow else t) - t0
+            wall = (time.perf_counter() if slow else t) - t0
+            return wall, (cpu_ns(init) - cpu) / 1e9
         if slow:
             slow_check = time.perf_counter() + 0.02
     raise TimeoutError("the zombies were not reaped")
@@ -271,7 +288,7 @@ def time_reaping(init, zombies, timeout=60.0):
 
 def bench_reap(cmds, testapp, runs, zombies):
     """PID-1 INIT: ms from SIGCONT (init held stopped until all zombies are its) to none left."""
-    ms = {k: [] for k in cmds}
+    ms = {k: ([], []) for k in cmds}  # wall, CPU
     for _ in range(runs):
         for k, cmd in cmds.items():
             p = spawn(UNSHARE + cmd([testapp, "--zombies", str(zombies)]), pipe=True)
@@ -281,24 +298,55 @@ def bench_reap(cmds, testapp, runs, zombies):
                 os.kill(init, signal.SIGSTOP)  # the app is still forking; nothing to reap yet
                 out.until(f"zombies {zombies}", timeout=60)
                 wait_for(lambda: len(children(init)) > zombies, "the zombies to be re-parented")
-                ms[k].append(time_reaping(init, zombies) * 1000)
+                for series, seconds in zip(ms[k], time_reaping(init, zombies)):
+                    series.append(seconds * 1000)
                 out.until("ready")
                 os.kill(init, signal.SIGINT)  # tini, like the others, forwards it to the app
                 p.wait(timeout=10)
             finally:
                 kill_tree(p)
-    return {k: median(v) for k, v in ms.items()}
+    return {k: (statistics.median(wall), statistics.median(cpu)) for k, (wall, cpu) in ms.items()}
 
 
-def cell(value, base, fmt="{:,.0f}"):
-    """`value (ratio×)` against tini's value, or an em dash when missing."""
-    if value is None:
-        return "—"
-    return fmt.format(value) + (f" ({value / base:.2f}×)" if base else "")
+def cell(value, base):
+    """A table cell: text as is, a number with its ratio to tini's, or a dash."""
+    if value is None or isinstance(value, str):
+        return value or "—"
+    text = f"{value:,.1f}" if value < 100 else f"{value:,.0f}"
+    return text + (f" ({value / base:.2f}×)" if isinstance(base, (int, float)) and base else "")
+
+
+def report(results, info, runs, lifeguard):
+    """The markdown report: header, one row per init, notes."""
+    start, rss, lat, term, reap = results
+    cols = {"size kB": {k: size / 1000 for k, (size, _) in info.items()},
+            "linked": {k: "static" if static else "dynamic" for k, (_, static) in info.items()},
+            "`/bin/true` median µs": {k: v[0] for k, v in start.items()},
+            "p90 µs": {k: v[1] for k, v in start.items()},
+            "idle RSS kB": rss,
+            "USR1 latency median µs": {k: v[0] for k, v in lat.items()},
+            "p99 µs": {k: v[1] for k, v in lat.items()},
+            "SIGTERM via `sh -c`: handler finished": {
+                k: f"{v[0]}/{runs['term']} (TERM seen {v[1]})" for k, v in term.items()},
+            "reap 5000 zombies: wall ms": {k: v[0] for k, v in reap.items()},
+            "init CPU ms": {k: v[1] for k, v in reap.items()}}
+    rows = ["| init | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
+    order = ["lifeguard", "lifeguard --listen off", "tini", "tini -g", "dumb-init", "catatonit"]
+    for k in [k for k in order + ["(no init)"] if any(k in c for c in cols.values())]:
+        rows.append(f"| {k} | " + " | ".join(cell(c.get(k), c.get("tini")) for c in cols.values()) + " |")
+    table = "\n".join(rows)
+    return (f"# lifeguard vs tini, dumb-init, catatonit\n\n{datetime.datetime.now():%Y-%m-%d %H:%M}, "
+            f"kernel {platform.release()}, {os.cpu_count()} CPUs, lifeguard `{lifeguard}`\n\n{table}\n\n"
+            f"Ratios in parentheses are relative to tini. Runs per init: {runs['true']} of `/bin/true` "
+            f"(interleaved), 5 for RSS, {runs['latency']} USR1 signals (plain children), {runs['term']} "
+            f"SIGTERM runs and {runs['reap']} reaping runs (PID 1 of `unshare --pid --fork --mount-proc`, "
+            "lifeguard with `--drain-delay 0`). Handler finished = the app printed `signal TERM` and, "
+            "100 ms later, `exiting`. Reaping: the init is held stopped until all 5000 zombies are "
+            "its children, then timed from SIGCONT. Method and caveats: bench/README.md.\n")
 
 
 def main():
-    """Parse options, run every measurement, print and save the markdown table."""
+    """Parse options, run every measurement, print and save the markdown report."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--lifeguard", default=f"{RELEASE}/lifeguard")
     ap.add_argument("--testapp", default=f"{RELEASE}/lifeguard-testapp")
@@ -308,67 +356,40 @@ def main():
     if os.geteuid() != 0:
         sys.exit("run as root: the PID-namespace tests use unshare --pid, and apt-get may be needed")
     prepare(args)
+    become_subreaper()
     q = 10 if args.quick else 1
+    runs = {"true": 300 // q, "latency": 200 // q, "term": 40 // q, "reap": 5 if q == 1 else 1}
     lg, app = os.path.abspath(args.lifeguard), os.path.abspath(args.testapp)
     plain = {"lifeguard": [lg], "tini": [DEBIAN["tini"]], "dumb-init": [DEBIAN["dumb-init"]],
              "catatonit": [DEBIAN["catatonit"]]}
+    if "--listen" in subprocess.run([lg, "--help"], capture_output=True, text=True).stdout:
+        plain["lifeguard --listen off"] = [lg, "--listen", "off"]  # without its HTTP endpoint
     cmds = {k: (lambda a, v=v: v + ["--"] + a) for k, v in plain.items()}
-    # Wherever SIGTERM is involved lifeguard runs with --drain-delay 0, so its drain does
-    # not dominate; tini -g (signal the whole group) is an extra row for the shell test.
-    term = {**cmds, "lifeguard": lambda a: [lg, "--drain-delay", "0", "--"] + a}
-    term_g = {**term, "tini -g": lambda a: [DEBIAN["tini"], "-g", "--"] + a}
-
-    steps = [("start-to-exit of /bin/true", lambda: bench_true(cmds, 300 // q)),
+    # In the PID-1 tests (SIGTERM, SIGINT) lifeguard runs with --drain-delay 0, so its drain
+    # does not dominate; tini -g (signal the whole group) is an extra row for the shell test.
+    term = {k: (lambda a, v=v: v + ["--drain-delay", "0", "--"] + a) if k.startswith("lifeguard")
+            else cmds[k] for k, v in plain.items()}
+    steps = [("start-to-exit of /bin/true", lambda: bench_true(cmds, runs["true"])),
              ("idle RSS", lambda: bench_rss(cmds, 5)),
-             ("SIGUSR1 forwarding latency", lambda: bench_latency(cmds, app, 200 // q)),
-             ("shell-entrypoint SIGTERM (PID 1)", lambda: bench_shell_term(term_g, app, 40 // q)),
-             ("reaping 5000 zombies (PID 1)", lambda: bench_reap(term, app, 5 if q == 1 else 1, 5000))]
-    res = []
+             ("SIGUSR1 forwarding latency", lambda: bench_latency(cmds, app, runs["latency"])),
+             ("shell-entrypoint SIGTERM (PID 1)", lambda: bench_shell_term(
+                 {**term, "tini -g": lambda a: [DEBIAN["tini"], "-g", "--"] + a}, app, runs["term"])),
+             ("reaping 5000 zombies (PID 1)", lambda: bench_reap(term, app, runs["reap"], 5000))]
+    results = []
     try:
         for title, fn in steps:
             print(f"measuring {title} ...", flush=True)
             t0 = time.monotonic()
-            res.append(fn())
-            print(f"  done in {time.monotonic() - t0:.1f} s: {res[-1]}", flush=True)
+            results.append(fn())
+            print(f"  done in {time.monotonic() - t0:.1f} s: {results[-1]}", flush=True)
     finally:
         for p in STARTED:
             kill_tree(p)
-    start, rss, lat, term_ok, reap = res
-    info = {k: binary_info(v[0]) for k, v in plain.items()}
-
-    n_term = 40 // q
-    rows = ["| init | size (kB) | linked | `/bin/true` median µs | p90 µs | idle RSS kB "
-            "| USR1 latency median µs | p99 µs | SIGTERM via `sh -c` delivered | reap 5000 zombies ms |",
-            "|---|---|---|---|---|---|---|---|---|---|"]
-    for k in ["lifeguard", "tini", "tini -g", "dumb-init", "catatonit", "(no init)"]:
-        g = lambda d, i=None: (d.get(k) if i is None else d[k][i]) if k in d else None
-        b = lambda d, i=None: d["tini"] if i is None else d["tini"][i]
-        size, static = info.get(k, (None, None))
-        rows.append("| " + " | ".join([
-            k, cell(size and size / 1000, info["tini"][0] / 1000),
-            "—" if static is None else ("static" if static else "dynamic"),
-            cell(g(start, 0), b(start, 0)), cell(g(start, 1), b(start, 1)),
-            cell(g(rss), b(rss)), cell(g(lat, 0), b(lat, 0)), cell(g(lat, 1), b(lat, 1)),
-            "—" if k not in term_ok else f"{term_ok[k][0]}/{n_term} (TERM seen {term_ok[k][1]})",
-            cell(g(reap), b(reap), "{:,.1f}")]) + " |")
-    table = "\n".join(rows)
-    notes = (f"Ratios in parentheses are relative to tini. N: {300 // q} interleaved runs of `/bin/true`; "
-             f"RSS median of 5 after 300 ms; {200 // q} USR1 signals per init (inits as plain children, "
-             f"interleaved); {n_term} SIGTERM runs per init and {5 if q == 1 else 1} reaping runs as PID 1 "
-             "of `unshare --pid --fork --mount-proc`. lifeguard runs with `--drain-delay 0` in the two "
-             "PID-1 tests. Delivered = the app printed both `signal TERM` and `exiting` (its 100 ms "
-             "handler ran to completion); TERM seen = it printed `signal TERM` at all. Reaping: the app "
-             "leaves 5000 zombies; the init is held with SIGSTOP from the moment its app starts until "
-             "all are re-parented to it, then timed from SIGCONT until it has no zombie child (end "
-             "seen as the /proc/loadavg thread count falling by 5000, confirmed in /proc/<init>). "
-             "Timing from the app's `zombies 5000` line instead would measure /proc polling: by then "
-             "the init has already reaped 20-60 % of them.")
-    head = (f"# lifeguard vs tini, dumb-init, catatonit\n\n{datetime.datetime.now():%Y-%m-%d %H:%M}, "
-            f"kernel {platform.release()}, {os.cpu_count()} CPUs, lifeguard `{lg}`\n")
-    report = f"{head}\n{table}\n\n{notes}\n"
-    print("\n" + report)
+        reap_orphans()
+    text = report(results, {k: binary_info(v[0]) for k, v in plain.items()}, runs, lg)
+    print("\n" + text)
     with open(args.out, "w") as f:
-        f.write(report)
+        f.write(text)
     print(f"written to {args.out}")
 
 

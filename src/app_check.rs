@@ -14,7 +14,11 @@ use crate::logging;
 
 /// Runs forever (until the runtime stops); with no check configured the app counts as
 /// ready as soon as it is spawned (DESIGN §3).
-pub async fn run(check: Option<AppCheckKind>, interval: Duration, verdicts: watch::Sender<AppCheck>) {
+pub async fn run(
+    check: Option<AppCheckKind>,
+    interval: Duration,
+    verdicts: watch::Sender<AppCheck>,
+) {
     let Some(check) = check else {
         verdicts.send_replace(AppCheck::Passing);
         return;
@@ -39,7 +43,9 @@ pub async fn run(check: Option<AppCheckKind>, interval: Duration, verdicts: watc
                 (AppCheck::Pending, AppCheck::Failing(reason)) => {
                     logging::debug("app check not passing yet", &[("reason", reason)])
                 }
-                (_, AppCheck::Failing(reason)) => logging::warn("app check failing", &[("reason", reason)]),
+                (_, AppCheck::Failing(reason)) => {
+                    logging::warn("app check failing", &[("reason", reason)])
+                }
                 _ => {}
             }
             if before == AppCheck::Pending && verdict != AppCheck::Passing {
@@ -60,6 +66,11 @@ async fn once(check: &AppCheckKind) -> Result<(), String> {
         AppCheckKind::Tcp(host, port) => tokio::net::TcpStream::connect((host.as_str(), *port))
             .await
             .map(drop)
-            .map_err(|e| format!("cannot connect to {host}:{port}: {}", e.kind().to_string().to_lowercase())),
+            .map_err(|e| {
+                format!(
+                    "cannot connect to {host}:{port}: {}",
+                    e.kind().to_string().to_lowercase()
+                )
+            }),
     }
 }

@@ -104,8 +104,13 @@ struct Cli {
     quiet: u8,
 
     /// Format of lifeguard's own log lines on stderr
-    #[arg(long, env = "LIFEGUARD_LOG_FORMAT", value_name = "FORMAT", value_enum,
-          default_value = "text")]
+    #[arg(
+        long,
+        env = "LIFEGUARD_LOG_FORMAT",
+        value_name = "FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
     log_format: logging::Format,
 
     /// The app to supervise, and its arguments
@@ -158,7 +163,11 @@ pub struct Settings {
 /// usage error) and the exit code that goes with it.
 pub enum Parsed {
     Run(Box<Settings>),
-    Exit { message: String, code: u8, to_stdout: bool },
+    Exit {
+        message: String,
+        code: u8,
+        to_stdout: bool,
+    },
 }
 
 /// Parses the command line and the environment. clap reads the `LIFEGUARD_*` twins from
@@ -229,20 +238,23 @@ fn settings(cli: Cli, lookup: &impl Fn(&str) -> Option<String>) -> Result<Settin
 
 /// Flags first; then `LIFEGUARD_VERBOSE` (a number, like repeated -v) or
 /// `LIFEGUARD_QUIET`; then `TINI_VERBOSITY` (tini's 0-3 scale); then `DUMB_INIT_DEBUG`.
-fn log_level(verbose: u8, quiet: u8, lookup: &impl Fn(&str) -> Option<String>) -> Result<Level, String> {
+fn log_level(
+    verbose: u8,
+    quiet: u8,
+    lookup: &impl Fn(&str) -> Option<String>,
+) -> Result<Level, String> {
     if verbose > 0 || quiet > 0 {
         return Ok(Level::from_verbosity(1 + verbose as i64 - quiet as i64));
     }
-    let number = |name: &str| -> Result<Option<i64>, String> {
-        match lookup(name).filter(|v| !v.is_empty()) {
-            None => Ok(None),
-            Some(v) => v
-                .trim()
-                .parse()
-                .map(Some)
-                .map_err(|_| format!("invalid value '{v}' for {name}: expected a whole number")),
-        }
-    };
+    let number =
+        |name: &str| -> Result<Option<i64>, String> {
+            match lookup(name).filter(|v| !v.is_empty()) {
+                None => Ok(None),
+                Some(v) => v.trim().parse().map(Some).map_err(|_| {
+                    format!("invalid value '{v}' for {name}: expected a whole number")
+                }),
+            }
+        };
     if let Some(n) = number("LIFEGUARD_VERBOSE")? {
         return Ok(Level::from_verbosity(1 + n));
     }
@@ -274,7 +286,9 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
 
 fn parse_positive_duration(text: &str) -> Result<Duration, String> {
     match parse_duration(text)? {
-        d if d.is_zero() => Err(format!("'{text}' must be above zero: expected {DURATION_FORM}")),
+        d if d.is_zero() => Err(format!(
+            "'{text}' must be above zero: expected {DURATION_FORM}"
+        )),
         d => Ok(d),
     }
 }
@@ -283,7 +297,10 @@ fn parse_positive_duration(text: &str) -> Result<Duration, String> {
 fn parse_listen(text: &str) -> Result<Listen, String> {
     let text = text.trim();
     if text.eq_ignore_ascii_case("off") {
-        return Ok(Listen { addr: None, explicit: true });
+        return Ok(Listen {
+            addr: None,
+            explicit: true,
+        });
     }
     let full = match text.strip_prefix(':') {
         Some(port) => format!("0.0.0.0:{port}"),
@@ -296,7 +313,10 @@ fn parse_listen(text: &str) -> Result<Listen, String> {
 
 fn parse_http_url(text: &str) -> Result<hyper::Uri, String> {
     let accepted = "expected an http:// URL like http://127.0.0.1:8080/health";
-    let uri: hyper::Uri = text.trim().parse().map_err(|_| format!("'{text}' is not a URL: {accepted}"))?;
+    let uri: hyper::Uri = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{text}' is not a URL: {accepted}"))?;
     match (uri.scheme_str(), uri.host()) {
         (Some("http"), Some(_)) => Ok(uri),
         (Some("https"), _) => Err(format!(
@@ -308,7 +328,10 @@ fn parse_http_url(text: &str) -> Result<hyper::Uri, String> {
 
 fn parse_host_port(text: &str) -> Result<(String, u16), String> {
     let accepted = "expected HOST:PORT like 127.0.0.1:8080 or localhost:8080";
-    let (host, port) = text.trim().rsplit_once(':').ok_or_else(|| format!("'{text}': {accepted}"))?;
+    let (host, port) = text
+        .trim()
+        .rsplit_once(':')
+        .ok_or_else(|| format!("'{text}': {accepted}"))?;
     let host = host.trim_start_matches('[').trim_end_matches(']');
     match port.parse::<u16>() {
         Ok(port) if port > 0 && !host.is_empty() => Ok((host.to_string(), port)),
@@ -348,9 +371,13 @@ mod tests {
     use std::collections::HashMap;
 
     fn parse_with(args: &[&str], env: &[(&str, &str)]) -> Parsed {
-        let env: HashMap<String, String> =
-            env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        let args = std::iter::once("lifeguard").chain(args.iter().copied()).map(OsString::from);
+        let env: HashMap<String, String> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let args = std::iter::once("lifeguard")
+            .chain(args.iter().copied())
+            .map(OsString::from);
         parse(args, |name| env.get(name).cloned())
     }
 
@@ -374,7 +401,10 @@ mod tests {
     #[test]
     fn defaults_follow_the_design() {
         let s = ok(&["--", "app", "arg"], &[]);
-        assert_eq!(s.command, vec![OsString::from("app"), OsString::from("arg")]);
+        assert_eq!(
+            s.command,
+            vec![OsString::from("app"), OsString::from("arg")]
+        );
         assert_eq!(s.lifecycle.drain_delay, Duration::from_secs(5));
         assert_eq!(s.lifecycle.grace, Duration::from_secs(25));
         assert!(s.lifecycle.group);
@@ -392,13 +422,37 @@ mod tests {
     #[test]
     fn endpoint_and_app_check_options() {
         let s = ok(&["app"], &[]);
-        assert_eq!(s.listen, Listen { addr: Some("0.0.0.0:9595".parse().unwrap()), explicit: false });
+        assert_eq!(
+            s.listen,
+            Listen {
+                addr: Some("0.0.0.0:9595".parse().unwrap()),
+                explicit: false
+            }
+        );
         assert_eq!(s.app_check, None);
         assert_eq!(s.check_interval, Duration::from_secs(1));
-        let s = ok(&["--listen", ":8081", "--ready-tcp", "localhost:80", "app"], &[]);
-        assert_eq!(s.listen, Listen { addr: Some("0.0.0.0:8081".parse().unwrap()), explicit: true });
+        let s = ok(
+            &["--listen", ":8081", "--ready-tcp", "localhost:80", "app"],
+            &[],
+        );
+        assert_eq!(
+            s.listen,
+            Listen {
+                addr: Some("0.0.0.0:8081".parse().unwrap()),
+                explicit: true
+            }
+        );
         assert_eq!(s.app_check, Some(AppCheckKind::Tcp("localhost".into(), 80)));
-        let s = ok(&["--listen", "off", "--ready-http", "http://127.0.0.1:8080/health", "app"], &[]);
+        let s = ok(
+            &[
+                "--listen",
+                "off",
+                "--ready-http",
+                "http://127.0.0.1:8080/health",
+                "app",
+            ],
+            &[],
+        );
         assert_eq!(s.listen.addr, None);
         assert!(matches!(s.app_check, Some(AppCheckKind::Http(ref u)) if u.path() == "/health"));
         let s = ok(&["--listen", "[::1]:9000", "app"], &[]);
@@ -410,17 +464,32 @@ mod tests {
         let s = ok(&["--probe"], &[]);
         assert_eq!(s.probe, Some((ProbeTarget::Ready, Duration::from_secs(2))));
         let s = ok(&["--probe", "live", "--probe-timeout", "500ms"], &[]);
-        assert_eq!(s.probe, Some((ProbeTarget::Live, Duration::from_millis(500))));
+        assert_eq!(
+            s.probe,
+            Some((ProbeTarget::Live, Duration::from_millis(500)))
+        );
         let s = ok(&["--probe", "http://127.0.0.1:1/x"], &[]);
         assert!(matches!(s.probe, Some((ProbeTarget::Url(_), _))));
     }
 
     #[test]
     fn durations_accept_units_and_plain_seconds() {
-        for (text, ms) in [("500ms", 500), ("5s", 5000), ("2m", 120_000), ("1.5", 1500), ("0", 0)] {
-            assert_eq!(parse_duration(text), Ok(Duration::from_millis(ms)), "{text}");
+        for (text, ms) in [
+            ("500ms", 500),
+            ("5s", 5000),
+            ("2m", 120_000),
+            ("1.5", 1500),
+            ("0", 0),
+        ] {
+            assert_eq!(
+                parse_duration(text),
+                Ok(Duration::from_millis(ms)),
+                "{text}"
+            );
         }
-        assert!(parse_duration("soon").unwrap_err().contains("500ms, 5s, 2m"));
+        assert!(parse_duration("soon")
+            .unwrap_err()
+            .contains("500ms, 5s, 2m"));
         assert!(parse_duration("-1").is_err());
     }
 
@@ -428,26 +497,53 @@ mod tests {
     fn compatibility_variables_are_honoured() {
         assert!(!ok(&["app"], &[("DUMB_INIT_SETSID", "0")]).lifecycle.group);
         assert!(ok(&["app"], &[("DUMB_INIT_SETSID", "1")]).lifecycle.group);
-        assert_eq!(ok(&["app"], &[("DUMB_INIT_DEBUG", "1")]).log_level, Level::Debug);
-        assert_eq!(ok(&["app"], &[("TINI_VERBOSITY", "2")]).log_level, Level::Info);
-        assert_eq!(ok(&["app"], &[("TINI_VERBOSITY", "0")]).log_level, Level::Error);
-        assert_eq!(ok(&["app"], &[("LIFEGUARD_VERBOSE", "1")]).log_level, Level::Info);
-        assert_eq!(ok(&["app"], &[("LIFEGUARD_QUIET", "1")]).log_level, Level::Error);
-        assert_eq!(ok(&["-vv", "app"], &[("TINI_VERBOSITY", "0")]).log_level, Level::Debug);
+        assert_eq!(
+            ok(&["app"], &[("DUMB_INIT_DEBUG", "1")]).log_level,
+            Level::Debug
+        );
+        assert_eq!(
+            ok(&["app"], &[("TINI_VERBOSITY", "2")]).log_level,
+            Level::Info
+        );
+        assert_eq!(
+            ok(&["app"], &[("TINI_VERBOSITY", "0")]).log_level,
+            Level::Error
+        );
+        assert_eq!(
+            ok(&["app"], &[("LIFEGUARD_VERBOSE", "1")]).log_level,
+            Level::Info
+        );
+        assert_eq!(
+            ok(&["app"], &[("LIFEGUARD_QUIET", "1")]).log_level,
+            Level::Error
+        );
+        assert_eq!(
+            ok(&["-vv", "app"], &[("TINI_VERBOSITY", "0")]).log_level,
+            Level::Debug
+        );
         assert_eq!(ok(&["-q", "app"], &[]).log_level, Level::Error);
-        ok(&["-s", "-g", "app"], &[("TINI_SUBREAPER", "1"), ("TINI_KILL_PROCESS_GROUP", "1")]);
+        ok(
+            &["-s", "-g", "app"],
+            &[("TINI_SUBREAPER", "1"), ("TINI_KILL_PROCESS_GROUP", "1")],
+        );
     }
 
     #[test]
     fn usage_errors_name_the_flag_and_the_accepted_form() {
         let m = usage_error(&["--drain-delay", "soon", "app"], &[]);
-        assert!(m.contains("--drain-delay") && m.contains("500ms, 5s, 2m"), "{m}");
+        assert!(
+            m.contains("--drain-delay") && m.contains("500ms, 5s, 2m"),
+            "{m}"
+        );
         let m = usage_error(&["--grace", "5s", "--drain-delay", "5s", "app"], &[]);
         assert!(m.contains("--grace") && m.contains("--drain-delay"), "{m}");
         let m = usage_error(&["--rewrite", "TERM=QUIT", "app"], &[]);
         assert!(m.contains("--rewrite") && m.contains("FROM:TO"), "{m}");
         let m = usage_error(&["-p", "SIGFOO", "app"], &[]);
-        assert!(m.contains("--pdeathsig") && m.contains("signal name"), "{m}");
+        assert!(
+            m.contains("--pdeathsig") && m.contains("signal name"),
+            "{m}"
+        );
         let m = usage_error(&["-e", "256", "app"], &[]);
         assert!(m.contains("--remap-exit") && m.contains("0 to 255"), "{m}");
         let m = usage_error(&["--log-format", "xml", "app"], &[]);
@@ -462,10 +558,19 @@ mod tests {
         assert!(m.contains("--ready-http") && m.contains("http://"), "{m}");
         let m = usage_error(&["--ready-tcp", "localhost", "app"], &[]);
         assert!(m.contains("--ready-tcp") && m.contains("HOST:PORT"), "{m}");
-        let m = usage_error(&["--ready-tcp", "a:1", "--ready-http", "http://a/", "app"], &[]);
-        assert!(m.contains("--ready-tcp") && m.contains("--ready-http"), "{m}");
+        let m = usage_error(
+            &["--ready-tcp", "a:1", "--ready-http", "http://a/", "app"],
+            &[],
+        );
+        assert!(
+            m.contains("--ready-tcp") && m.contains("--ready-http"),
+            "{m}"
+        );
         let m = usage_error(&["--ready-interval", "0", "app"], &[]);
-        assert!(m.contains("--ready-interval") && m.contains("above zero"), "{m}");
+        assert!(
+            m.contains("--ready-interval") && m.contains("above zero"),
+            "{m}"
+        );
         let m = usage_error(&["--probe", "sideways"], &[]);
         assert!(m.contains("--probe") && m.contains("live"), "{m}");
         let m = usage_error(&["app"], &[("TINI_VERBOSITY", "loud")]);
@@ -476,7 +581,11 @@ mod tests {
     fn help_and_version_exit_zero_on_stdout() {
         for flag in ["--help", "--version"] {
             match parse_with(&[flag], &[]) {
-                Parsed::Exit { code: 0, to_stdout: true, .. } => {}
+                Parsed::Exit {
+                    code: 0,
+                    to_stdout: true,
+                    ..
+                } => {}
                 _ => panic!("{flag} should print to stdout and exit 0"),
             }
         }
@@ -506,13 +615,22 @@ mod tests {
                 }
             }
         }
-        for env in ["LIFEGUARD_VERBOSE", "LIFEGUARD_QUIET", "TINI_SUBREAPER", "TINI_KILL_PROCESS_GROUP",
-            "TINI_VERBOSITY", "DUMB_INIT_SETSID", "DUMB_INIT_DEBUG"]
-        {
+        for env in [
+            "LIFEGUARD_VERBOSE",
+            "LIFEGUARD_QUIET",
+            "TINI_SUBREAPER",
+            "TINI_KILL_PROCESS_GROUP",
+            "TINI_VERBOSITY",
+            "DUMB_INIT_SETSID",
+            "DUMB_INIT_DEBUG",
+        ] {
             if !man.contains(env) {
                 missing.push(env.to_string());
             }
         }
-        assert!(missing.is_empty(), "man/lifeguard.1 does not document: {missing:?}");
+        assert!(
+            missing.is_empty(),
+            "man/lifeguard.1 does not document: {missing:?}"
+        );
     }
 }

@@ -95,15 +95,31 @@ mod tests {
             (Phase::Starting, &AppCheck::Pending, false, 503, "starting"),
             (Phase::Starting, &failing, false, 503, "starting"),
             (Phase::Running, &AppCheck::Passing, false, 200, "ready"),
-            (Phase::Running, &failing, false, 503, "not ready: GET http://127.0.0.1:8080/ answered 500"),
+            (
+                Phase::Running,
+                &failing,
+                false,
+                503,
+                "not ready: GET http://127.0.0.1:8080/ answered 500",
+            ),
             (Phase::Running, &AppCheck::Passing, true, 503, "draining"),
             (Phase::Starting, &AppCheck::Pending, true, 503, "draining"),
             (Phase::Draining, &AppCheck::Passing, false, 503, "draining"),
             (Phase::Stopping, &AppCheck::Passing, false, 503, "draining"),
-            (Phase::Exited, &AppCheck::Passing, false, 503, "not ready: app exited"),
+            (
+                Phase::Exited,
+                &AppCheck::Passing,
+                false,
+                503,
+                "not ready: app exited",
+            ),
         ];
         for (phase, check, pending, code, body) in rows {
-            assert_eq!(readiness(*phase, check, *pending), (*code, body.to_string()), "{phase:?} {check:?}");
+            assert_eq!(
+                readiness(*phase, check, *pending),
+                (*code, body.to_string()),
+                "{phase:?} {check:?}"
+            );
         }
     }
 
@@ -131,7 +147,10 @@ mod tests {
             "lifeguard_signals_forwarded_total{signal=\"SIGHUP\"} 1",
             "lifeguard_zombies_reaped_total 1",
         ] {
-            assert!(text.lines().any(|l| l == line), "missing {line:?} in\n{text}");
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
         }
         assert!(text.ends_with('\n'));
     }

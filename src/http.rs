@@ -112,7 +112,9 @@ async fn connection(
 fn respond(request: &Request<Incoming>, observed: &Observed) -> Response<Full<Bytes>> {
     if request.method() != Method::GET && request.method() != Method::HEAD {
         let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed".into());
-        response.headers_mut().insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
+        response
+            .headers_mut()
+            .insert(ALLOW, HeaderValue::from_static("GET, HEAD"));
         return response;
     }
     match request.uri().path() {
@@ -122,7 +124,10 @@ fn respond(request: &Request<Incoming>, observed: &Observed) -> Response<Full<By
             let phase = observed.status.borrow().phase;
             let ready = observed.readiness().0 == 200;
             let draining = matches!(phase, Phase::Draining | Phase::Stopping);
-            let mut response = text(StatusCode::OK, health::metrics(ready, draining, &observed.stats));
+            let mut response = text(
+                StatusCode::OK,
+                health::metrics(ready, draining, &observed.stats),
+            );
             response.headers_mut().insert(
                 CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
@@ -134,16 +139,20 @@ fn respond(request: &Request<Incoming>, observed: &Observed) -> Response<Full<By
 }
 
 fn verdict((code, body): health::Verdict) -> Response<Full<Bytes>> {
-    text(StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR), body)
+    text(
+        StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+        body,
+    )
 }
 
 fn text(status: StatusCode, mut body: String) -> Response<Full<Bytes>> {
     body.push('\n');
     let mut response = Response::new(Full::new(Bytes::from(body)));
     *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static("text/plain; charset=utf-8"));
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
     response
 }
 
@@ -163,7 +172,12 @@ impl Registry {
     /// Registers a new connection; at the cap, first evicts the least recently active.
     fn admit(&mut self) -> (u64, Arc<Notify>) {
         if self.conns.len() >= MAX_CONNECTIONS {
-            if let Some(oldest) = self.conns.iter().min_by_key(|(_, c)| c.last_active).map(|(id, _)| *id) {
+            if let Some(oldest) = self
+                .conns
+                .iter()
+                .min_by_key(|(_, c)| c.last_active)
+                .map(|(id, _)| *id)
+            {
                 if let Some(conn) = self.conns.remove(&oldest) {
                     // notify_one keeps a permit if the task is not waiting yet.
                     conn.close.notify_one();
@@ -201,9 +215,14 @@ mod tests {
         assert!(!registry.conns.contains_key(&closers[1].0));
         assert!(registry.conns.contains_key(&closers[0].0));
         // Its task is told to close (the permit waits for it).
-        let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .unwrap();
         rt.block_on(async {
-            tokio::time::timeout(Duration::from_secs(1), closers[1].1.notified()).await.expect("close sent");
+            tokio::time::timeout(Duration::from_secs(1), closers[1].1.notified())
+                .await
+                .expect("close sent");
         });
     }
 }

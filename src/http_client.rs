@@ -31,10 +31,16 @@ pub async fn get(uri: &Uri) -> Result<(u16, String), String> {
     let authority = uri.authority().map_or(host, |a| a.as_str());
     let request = hyper::Request::get(path)
         .header(hyper::header::HOST, authority)
-        .header(hyper::header::USER_AGENT, concat!("lifeguard/", env!("CARGO_PKG_VERSION")))
+        .header(
+            hyper::header::USER_AGENT,
+            concat!("lifeguard/", env!("CARGO_PKG_VERSION")),
+        )
         .body(Empty::<Bytes>::new())
         .map_err(|e| format!("{uri}: {e}"))?;
-    let response = sender.send_request(request).await.map_err(|e| format!("GET {uri}: {e}"))?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("GET {uri}: {e}"))?;
     let status = response.status().as_u16();
     let body = Limited::new(response.into_body(), MAX_BODY)
         .collect()

@@ -5,7 +5,7 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -181,15 +181,22 @@ static INHERITED_NOFILE: std::sync::OnceLock<libc::rlimit> = std::sync::OnceLock
 /// limit): the endpoint may hold 1024 connections and the common soft limit is 1024.
 /// The app gets the original limit back (`spawn_app`).
 pub fn raise_descriptor_limit(wanted: u64) {
-    let Ok((soft, hard)) = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE) else {
+    let Ok((soft, hard)) =
+        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+    else {
         return;
     };
     let target = wanted.min(hard);
     if soft >= target {
         return;
     }
-    if nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, target, hard).is_ok() {
-        let _ = INHERITED_NOFILE.set(libc::rlimit { rlim_cur: soft, rlim_max: hard });
+    if nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, target, hard)
+        .is_ok()
+    {
+        let _ = INHERITED_NOFILE.set(libc::rlimit {
+            rlim_cur: soft,
+            rlim_max: hard,
+        });
     }
 }
 
@@ -270,7 +277,11 @@ pub fn release_terminal(inbox: &SignalInbox) -> bool {
 pub fn spawn_app(command: &[OsString], take_terminal: bool) -> io::Result<i32> {
     let (mask_bits, ignored_bits) = inherited_signal_state();
     let nofile = INHERITED_NOFILE.get().copied();
-    let mask = raw_sigset((1..=signals::MAX).filter(|n| mask_bits & (1 << (n - 1)) != 0).map(Signal));
+    let mask = raw_sigset(
+        (1..=signals::MAX)
+            .filter(|n| mask_bits & (1 << (n - 1)) != 0)
+            .map(Signal),
+    );
     let mut cmd = Command::new(&command[0]);
     cmd.args(&command[1..])
         .stdin(Stdio::inherit())
@@ -317,7 +328,10 @@ pub fn spawn_app(command: &[OsString], take_terminal: bool) -> io::Result<i32> {
 // Reaping and killing.
 
 pub enum Reaped {
-    Child { pid: i32, status: AppStatus },
+    Child {
+        pid: i32,
+        status: AppStatus,
+    },
     /// Children exist but none has exited.
     NoneExited,
     /// ECHILD: lifeguard has no children at all.
@@ -393,15 +407,50 @@ pub struct Descendant {
     pub pgid: i32,
 }
 
-/// Every live descendant of lifeguard, from /proc (the ppid links).
+/// Every live descendant of lifeguard. Walks the kernel's child lists
+/// (/proc/PID/task/TID/children) down from lifeguard, so the cost is the size of the
+/// tree, not of the host's process table; falls back to a full /proc scan on kernels
+/// built without those lists (CONFIG_PROC_CHILDREN).
 pub fn descendants() -> Vec<Descendant> {
     let me = own_pid();
+    let Some(mut frontier) = children_of(me) else {
+        return descendants_by_scan(me);
+    };
+    let mut found = Vec::new();
+    while let Some(pid) = frontier.pop() {
+        let Ok(stat) = procfs::process::Process::new(pid).and_then(|p| p.stat()) else {
+            continue; // gone meanwhile
+        };
+        if stat.state == 'Z' {
+            continue; // dead already; the reaper takes it
+        }
+        found.push(Descendant { pid, pgid: stat.pgrp });
+        frontier.extend(children_of(pid).unwrap_or_default());
+    }
+    found
+}
+
+/// Children of every thread of `pid`: orphans re-parented to a subreaper may hang on any
+/// of its threads. None when the kernel has no child lists.
+fn children_of(pid: i32) -> Option<Vec<i32>> {
+    let tasks = procfs::process::Process::new(pid).ok()?.tasks().ok()?;
+    let mut out = Vec::new();
+    for task in tasks.flatten() {
+        match task.children() {
+            Ok(children) => out.extend(children.into_iter().map(|c| c as i32)),
+            Err(procfs::ProcError::NotFound(_)) if task.tid == pid => return None,
+            Err(_) => {}
+        }
+    }
+    Some(out)
+}
+
+fn descendants_by_scan(me: i32) -> Vec<Descendant> {
     let Ok(all) = procfs::process::all_processes() else {
         return Vec::new();
     };
     let table: Vec<(i32, i32, i32)> = all
         .filter_map(|p| p.ok()?.stat().ok())
-        // Zombies are dead already; the reaper takes them.
         .filter(|s| s.state != 'Z')
         .map(|s| (s.pid, s.ppid, s.pgrp))
         .collect();
@@ -416,10 +465,4 @@ pub fn descendants() -> Vec<Descendant> {
         }
     }
     found
-}
-
-impl AsFd for SignalInbox {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
-    }
 }

@@ -65,7 +65,10 @@ pub enum Event {
 pub enum Action {
     /// Send to the app (its group, or the child alone). `relay` marks the stop signal
     /// relayed at the end of the drain, for the log.
-    Forward { signal: Signal, relay: bool },
+    Forward {
+        signal: Signal,
+        relay: bool,
+    },
     /// The app has exited: signal what is left of its group and every other descendant;
     /// `spare_app_group` when the group already got the stop signal.
     SignalRemaining {
@@ -87,7 +90,10 @@ enum State {
     },
     /// Stop signal relayed; waiting for the app. After `killed`, `kill_at` is when
     /// lifeguard gives up waiting for it.
-    Stopping { kill_at: Instant, killed: bool },
+    Stopping {
+        kill_at: Instant,
+        killed: bool,
+    },
     /// The app has exited with `code`; waiting for the rest of what it started.
     Reaping {
         code: u8,
@@ -177,7 +183,11 @@ impl Lifecycle {
 
     fn on_app_exit(&mut self, status: AppStatus, now: Instant, actions: &mut Vec<Action>) {
         let code = status.code();
-        let code = if self.config.remap_exit.contains(&code) { 0 } else { code };
+        let code = if self.config.remap_exit.contains(&code) {
+            0
+        } else {
+            code
+        };
         let (kill_at, killed, stop_relayed) = match self.state {
             State::Starting | State::Running => (now + self.config.grace, false, false),
             State::Draining { kill_at, .. } => (kill_at, false, false),
@@ -234,7 +244,11 @@ impl Lifecycle {
                 // SIGKILL did not take the app within KILL_WAIT: report it as killed.
                 State::Stopping { killed: true, .. } => {
                     let code = AppStatus::Killed(KILL).code();
-                    let code = if self.config.remap_exit.contains(&code) { 0 } else { code };
+                    let code = if self.config.remap_exit.contains(&code) {
+                        0
+                    } else {
+                        code
+                    };
                     self.exit(code, actions);
                 }
                 State::Reaping {
@@ -324,14 +338,50 @@ mod tests {
             config(),
             vec![
                 (0.0, AppReady, vec![], Phase::Running, None),
-                (10.0, Event::Signal(TERM), vec![], Phase::Draining, Some(10.0 + d)),
+                (
+                    10.0,
+                    Event::Signal(TERM),
+                    vec![],
+                    Phase::Draining,
+                    Some(10.0 + d),
+                ),
                 // The app keeps running and other signals still pass during the drain.
-                (11.0, Event::Signal(HUP), vec![fwd(HUP)], Phase::Draining, Some(10.0 + d)),
-                (11.5, Event::Signal(INT), vec![fwd(INT)], Phase::Draining, Some(10.0 + d)),
+                (
+                    11.0,
+                    Event::Signal(HUP),
+                    vec![fwd(HUP)],
+                    Phase::Draining,
+                    Some(10.0 + d),
+                ),
+                (
+                    11.5,
+                    Event::Signal(INT),
+                    vec![fwd(INT)],
+                    Phase::Draining,
+                    Some(10.0 + d),
+                ),
                 (12.0, Tick, vec![], Phase::Draining, Some(10.0 + d)),
-                (10.0 + d, Tick, vec![relay(TERM)], Phase::Stopping, Some(10.0 + g)),
-                (20.0, Event::Signal(TERM), vec![fwd(TERM)], Phase::Stopping, Some(10.0 + g)),
-                (10.0 + g, Tick, vec![KillAll], Phase::Stopping, Some(12.0 + g)),
+                (
+                    10.0 + d,
+                    Tick,
+                    vec![relay(TERM)],
+                    Phase::Stopping,
+                    Some(10.0 + g),
+                ),
+                (
+                    20.0,
+                    Event::Signal(TERM),
+                    vec![fwd(TERM)],
+                    Phase::Stopping,
+                    Some(10.0 + g),
+                ),
+                (
+                    10.0 + g,
+                    Tick,
+                    vec![KillAll],
+                    Phase::Stopping,
+                    Some(12.0 + g),
+                ),
                 (
                     10.1 + g,
                     AppExited(AppStatus::Killed(KILL)),
@@ -339,7 +389,13 @@ mod tests {
                     Phase::Exited,
                     Some(12.0 + g),
                 ),
-                (10.1 + g, NoChildrenLeft, vec![Exit(137)], Phase::Exited, None),
+                (
+                    10.1 + g,
+                    NoChildrenLeft,
+                    vec![Exit(137)],
+                    Phase::Exited,
+                    None,
+                ),
                 // Nothing is forwarded once lifeguard has exited.
                 (10.2 + g, Event::Signal(HUP), vec![], Phase::Exited, None),
             ],
@@ -352,7 +408,13 @@ mod tests {
             config(),
             vec![
                 (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
-                (1.0, Event::Signal(TERM), vec![relay(TERM)], Phase::Stopping, Some(25.0)),
+                (
+                    1.0,
+                    Event::Signal(TERM),
+                    vec![relay(TERM)],
+                    Phase::Stopping,
+                    Some(25.0),
+                ),
                 (
                     2.0,
                     AppExited(AppStatus::Exited(0)),
@@ -371,7 +433,13 @@ mod tests {
         cfg.drain_delay = Duration::ZERO;
         run_table(
             cfg,
-            vec![(3.0, Event::Signal(TERM), vec![relay(TERM)], Phase::Stopping, Some(28.0))],
+            vec![(
+                3.0,
+                Event::Signal(TERM),
+                vec![relay(TERM)],
+                Phase::Stopping,
+                Some(28.0),
+            )],
         );
     }
 
@@ -406,9 +474,21 @@ mod tests {
                     Some(32.0),
                 ),
                 // A signal now goes to whatever is left of the group.
-                (8.0, Event::Signal(HUP), vec![fwd(HUP)], Phase::Exited, Some(32.0)),
+                (
+                    8.0,
+                    Event::Signal(HUP),
+                    vec![fwd(HUP)],
+                    Phase::Exited,
+                    Some(32.0),
+                ),
                 // A SIGTERM after the exit does not move the deadline.
-                (9.0, Event::Signal(TERM), vec![fwd(TERM)], Phase::Exited, Some(32.0)),
+                (
+                    9.0,
+                    Event::Signal(TERM),
+                    vec![fwd(TERM)],
+                    Phase::Exited,
+                    Some(32.0),
+                ),
                 (32.0, Tick, vec![KillAll], Phase::Exited, Some(34.0)),
                 (32.5, NoChildrenLeft, vec![Exit(3)], Phase::Exited, None),
             ],
@@ -441,7 +521,13 @@ mod tests {
         run_table(
             cfg,
             vec![
-                (0.0, Event::Signal(TERM), vec![relay(TERM)], Phase::Stopping, Some(25.0)),
+                (
+                    0.0,
+                    Event::Signal(TERM),
+                    vec![relay(TERM)],
+                    Phase::Stopping,
+                    Some(25.0),
+                ),
                 (
                     1.0,
                     AppExited(AppStatus::Exited(0)),
@@ -458,7 +544,13 @@ mod tests {
         run_table(
             config(),
             vec![
-                (0.0, AppExited(AppStatus::Exited(0)), vec![remaining(false)], Phase::Exited, Some(25.0)),
+                (
+                    0.0,
+                    AppExited(AppStatus::Exited(0)),
+                    vec![remaining(false)],
+                    Phase::Exited,
+                    Some(25.0),
+                ),
                 (25.0, Tick, vec![KillAll], Phase::Exited, Some(27.0)),
                 (27.0, Tick, vec![Exit(0)], Phase::Exited, None),
             ],
@@ -468,7 +560,13 @@ mod tests {
             config(),
             vec![
                 (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
-                (30.0, Tick, vec![relay(TERM), KillAll], Phase::Stopping, Some(32.0)),
+                (
+                    30.0,
+                    Tick,
+                    vec![relay(TERM), KillAll],
+                    Phase::Stopping,
+                    Some(32.0),
+                ),
                 (32.0, Tick, vec![Exit(137)], Phase::Exited, None),
             ],
         );
@@ -481,14 +579,26 @@ mod tests {
         run_table(
             cfg.clone(),
             vec![
-                (0.0, AppExited(AppStatus::Killed(TERM)), vec![remaining(false)], Phase::Exited, Some(25.0)),
+                (
+                    0.0,
+                    AppExited(AppStatus::Killed(TERM)),
+                    vec![remaining(false)],
+                    Phase::Exited,
+                    Some(25.0),
+                ),
                 (0.0, NoChildrenLeft, vec![Exit(0)], Phase::Exited, None),
             ],
         );
         run_table(
             cfg,
             vec![
-                (0.0, AppExited(AppStatus::Exited(4)), vec![remaining(false)], Phase::Exited, Some(25.0)),
+                (
+                    0.0,
+                    AppExited(AppStatus::Exited(4)),
+                    vec![remaining(false)],
+                    Phase::Exited,
+                    Some(25.0),
+                ),
                 (0.0, NoChildrenLeft, vec![Exit(4)], Phase::Exited, None),
             ],
         );

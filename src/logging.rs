@@ -178,7 +178,11 @@ mod tests {
 
     #[test]
     fn text_lines_carry_the_prefix_and_fields() {
-        let line = text_line(Level::Info, &"app started", &[("pid", &42), ("cmd", &"sh -c x")]);
+        let line = text_line(
+            Level::Info,
+            &"app started",
+            &[("pid", &42), ("cmd", &"sh -c x")],
+        );
         assert_eq!(line, "lifeguard: app started pid=42 cmd=\"sh -c x\"\n");
         let line = text_line(Level::Warn, &"no endpoint", &[]);
         assert_eq!(line, "lifeguard: warning: no endpoint\n");

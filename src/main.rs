@@ -47,7 +47,11 @@ fn main() -> ExitCode {
 fn run() -> anyhow::Result<ExitCode> {
     let settings = match cli::parse(std::env::args_os(), |name| std::env::var(name).ok()) {
         Parsed::Run(settings) => settings,
-        Parsed::Exit { message, code, to_stdout } => {
+        Parsed::Exit {
+            message,
+            code,
+            to_stdout,
+        } => {
             let _ = if to_stdout {
                 std::io::stdout().write_all(message.as_bytes())
             } else {
@@ -58,7 +62,11 @@ fn run() -> anyhow::Result<ExitCode> {
     };
     logging::init(settings.log_level, settings.log_format);
     if let Some((target, timeout)) = &settings.probe {
-        return Ok(ExitCode::from(probe::run(target, settings.listen, *timeout)));
+        return Ok(ExitCode::from(probe::run(
+            target,
+            settings.listen,
+            *timeout,
+        )));
     }
     supervise(*settings).map(ExitCode::from)
 }
@@ -128,7 +136,11 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
                 Err(err) => logging::error(format!("endpoint unavailable: {err}"), &[]),
             }
         }
-        tokio::spawn(app_check::run(settings.app_check, settings.check_interval, check_tx));
+        tokio::spawn(app_check::run(
+            settings.app_check,
+            settings.check_interval,
+            check_tx,
+        ));
         supervisor.run(inbox).await
     });
     // Do not wait for connections or a DNS lookup still under way: the app is gone.

@@ -15,11 +15,15 @@ pub fn run(target: &ProbeTarget, listen: Listen, timeout: Duration) -> u8 {
         Ok(uri) => uri,
         Err(reason) => return fail(&reason),
     };
-    let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(err) => return fail(&format!("cannot start: {err}")),
     };
-    let answer = runtime.block_on(async { tokio::time::timeout(timeout, http_client::get(&uri)).await });
+    let answer =
+        runtime.block_on(async { tokio::time::timeout(timeout, http_client::get(&uri)).await });
     runtime.shutdown_background();
     match answer {
         Ok(Ok((status, body))) => {
@@ -31,7 +35,10 @@ pub fn run(target: &ProbeTarget, listen: Listen, timeout: Duration) -> u8 {
             }
         }
         Ok(Err(reason)) => fail(&reason),
-        Err(_) => fail(&format!("GET {uri}: no answer within {}", humantime::format_duration(timeout))),
+        Err(_) => fail(&format!(
+            "GET {uri}: no answer within {}",
+            humantime::format_duration(timeout)
+        )),
     }
 }
 
@@ -51,11 +58,17 @@ fn target_uri(target: &ProbeTarget, listen: Listen) -> Result<hyper::Uri, String
         .addr
         .ok_or("the endpoint is off (--listen off / LIFEGUARD_LISTEN=off); give --probe a URL")?;
     let addr = match addr.ip() {
-        IpAddr::V4(ip) if ip.is_unspecified() => SocketAddr::new(Ipv4Addr::LOCALHOST.into(), addr.port()),
-        IpAddr::V6(ip) if ip.is_unspecified() => SocketAddr::new(Ipv6Addr::LOCALHOST.into(), addr.port()),
+        IpAddr::V4(ip) if ip.is_unspecified() => {
+            SocketAddr::new(Ipv4Addr::LOCALHOST.into(), addr.port())
+        }
+        IpAddr::V6(ip) if ip.is_unspecified() => {
+            SocketAddr::new(Ipv6Addr::LOCALHOST.into(), addr.port())
+        }
         _ => addr,
     };
-    format!("http://{addr}{path}").parse().map_err(|e| format!("{addr}: {e}"))
+    format!("http://{addr}{path}")
+        .parse()
+        .map_err(|e| format!("{addr}: {e}"))
 }
 
 #[cfg(test)]
@@ -64,11 +77,28 @@ mod tests {
 
     #[test]
     fn probes_reach_the_endpoint_over_loopback() {
-        let any = Listen { addr: Some("0.0.0.0:9595".parse().unwrap()), explicit: false };
-        assert_eq!(target_uri(&ProbeTarget::Ready, any).unwrap(), "http://127.0.0.1:9595/readyz");
-        let v6 = Listen { addr: Some("[::]:81".parse().unwrap()), explicit: true };
-        assert_eq!(target_uri(&ProbeTarget::Live, v6).unwrap(), "http://[::1]:81/livez");
-        let off = Listen { addr: None, explicit: true };
-        assert!(target_uri(&ProbeTarget::Ready, off).unwrap_err().contains("off"));
+        let any = Listen {
+            addr: Some("0.0.0.0:9595".parse().unwrap()),
+            explicit: false,
+        };
+        assert_eq!(
+            target_uri(&ProbeTarget::Ready, any).unwrap(),
+            "http://127.0.0.1:9595/readyz"
+        );
+        let v6 = Listen {
+            addr: Some("[::]:81".parse().unwrap()),
+            explicit: true,
+        };
+        assert_eq!(
+            target_uri(&ProbeTarget::Live, v6).unwrap(),
+            "http://[::1]:81/livez"
+        );
+        let off = Listen {
+            addr: None,
+            explicit: true,
+        };
+        assert!(target_uri(&ProbeTarget::Ready, off)
+            .unwrap_err()
+            .contains("off"));
     }
 }

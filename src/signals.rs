@@ -176,7 +176,9 @@ pub fn parse_rewrite(text: &str) -> Result<(Signal, Signal), String> {
     let from = Signal::parse(from, false)?;
     let to = Signal::parse(to, true)?;
     if from == KILL || from.0 == libc::SIGSTOP {
-        return Err(format!("{from} cannot be caught, so it cannot be rewritten"));
+        return Err(format!(
+            "{from} cannot be caught, so it cannot be rewritten"
+        ));
     }
     Ok((from, to))
 }

@@ -34,7 +34,12 @@ impl Stats {
     /// (signal, count) for every signal forwarded at least once.
     pub fn forwarded(&self) -> Vec<(Signal, u64)> {
         (1..=signals::MAX)
-            .map(|n| (Signal(n), self.forwarded[n as usize].load(Ordering::Relaxed)))
+            .map(|n| {
+                (
+                    Signal(n),
+                    self.forwarded[n as usize].load(Ordering::Relaxed),
+                )
+            })
             .filter(|(_, count)| *count > 0)
             .collect()
     }

@@ -76,11 +76,11 @@ impl Supervisor {
                             continue;
                         }
                     };
-                    match guard.get_inner_mut().take_all() {
-                        Ok(received) => {
-                            guard.clear_ready();
-                            self.received(received, &mut events);
-                        }
+                    // take_all reads until EAGAIN, so the fd is drained either way.
+                    let taken = guard.get_inner_mut().take_all();
+                    guard.clear_ready();
+                    match taken {
+                        Ok(received) => self.received(received, &mut events),
                         Err(err) => logging::error(format!("reading signals: {err}"), &[]),
                     }
                 }
@@ -104,7 +104,10 @@ impl Supervisor {
             if sender == me {
                 // Raised by lifeguard's own doing (SIGPIPE from a write to a closed
                 // stderr): not the orchestrator's, so not the app's business.
-                logging::debug("ignored a signal lifeguard raised itself", &[("signal", &signal)]);
+                logging::debug(
+                    "ignored a signal lifeguard raised itself",
+                    &[("signal", &signal)],
+                );
                 continue;
             }
             logging::info("signal received", &[("signal", &signal), ("from", &sender)]);
@@ -119,14 +122,21 @@ impl Supervisor {
                 Reaped::Child { pid, status } if pid == self.app_pid => {
                     logging::info(
                         "app exited",
-                        &[("pid", &pid), ("status", &status_text(status)), ("code", &status.code())],
+                        &[
+                            ("pid", &pid),
+                            ("status", &status_text(status)),
+                            ("code", &status.code()),
+                        ],
                     );
                     events.push(Event::AppExited(status));
                 }
                 Reaped::Child { pid, status } => {
                     self.stats.zombie_reaped();
                     if self.warn_on_reap {
-                        logging::warn("reaped zombie", &[("pid", &pid), ("status", &status_text(status))]);
+                        logging::warn(
+                            "reaped zombie",
+                            &[("pid", &pid), ("status", &status_text(status))],
+                        );
                     }
                 }
                 Reaped::NoneExited => break,
@@ -166,23 +176,43 @@ impl Supervisor {
             Phase::Running => logging::info("app ready", &[]),
             Phase::Draining => logging::info(
                 "draining: not ready, stop signal relayed after the drain delay",
-                &[("delay", &humantime::format_duration(self.lifecycle.config().drain_delay))],
+                &[(
+                    "delay",
+                    &humantime::format_duration(self.lifecycle.config().drain_delay),
+                )],
             ),
-            _ => logging::debug("phase", &[("from", &format!("{before:?}")), ("to", &format!("{after:?}"))]),
+            _ => logging::debug(
+                "phase",
+                &[
+                    ("from", &format!("{before:?}")),
+                    ("to", &format!("{after:?}")),
+                ],
+            ),
         }
         self.status.send_modify(|s| s.phase = after);
     }
 
     fn forward(&mut self, signal: Signal, relay: bool) {
-        let target = if self.group { -self.app_pid } else { self.app_pid };
+        let target = if self.group {
+            -self.app_pid
+        } else {
+            self.app_pid
+        };
         let result = kernel::send(target, self.deliverable(signal));
         if result.is_ok() {
             self.stats.signal_forwarded(signal);
         }
-        let what = if relay { "stop signal relayed" } else { "signal forwarded" };
+        let what = if relay {
+            "stop signal relayed"
+        } else {
+            "signal forwarded"
+        };
         let to = if self.group { "group" } else { "child" };
         match result {
-            Ok(()) => logging::info(what, &[("signal", &signal), ("to", &to), ("pid", &self.app_pid)]),
+            Ok(()) => logging::info(
+                what,
+                &[("signal", &signal), ("to", &to), ("pid", &self.app_pid)],
+            ),
             // ESRCH: the app (or its whole group) is already gone; nothing to tell.
             Err(err) => logging::debug(format!("{what}: {err}"), &[("signal", &signal)]),
         }
@@ -239,7 +269,10 @@ impl Supervisor {
         }
         logging::warn(
             "grace deadline reached: killed what still ran",
-            &[("processes", &killed.len()), ("pids", &logging::Joined(&killed))],
+            &[
+                ("processes", &killed.len()),
+                ("pids", &logging::Joined(&killed)),
+            ],
         );
     }
 }

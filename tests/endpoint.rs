@@ -11,7 +11,11 @@ use common::*;
 
 /// A port nothing listens on right now.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 /// One request on a fresh connection: (status, body), or the connect/read error.
@@ -19,11 +23,21 @@ fn request(port: u16, method: &str, path: &str) -> std::io::Result<(u16, String)
     let addr: SocketAddr = ([127, 0, 0, 1], port).into();
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(stream, "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")?;
+    write!(
+        stream,
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )?;
     let mut text = String::new();
     stream.read_to_string(&mut text)?;
-    let status = text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.trim().to_string()).unwrap_or_default();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.trim().to_string())
+        .unwrap_or_default();
     Ok((status, body))
 }
 
@@ -46,7 +60,10 @@ fn listen_flag(port: u16) -> String {
 fn endpoints_answer_as_the_design_says() {
     let port = free_port();
     let listen = listen_flag(port);
-    let mut run = start(Mode::Pid1, &args(&["--listen", &listen], &["--zombies", "5"]));
+    let mut run = start(
+        Mode::Pid1,
+        &args(&["--listen", &listen], &["--zombies", "5"]),
+    );
     run.ready();
     run.expect_line("zombies 5");
     wait_for_answer(port, "/readyz", 200, "ready");
@@ -56,13 +73,24 @@ fn endpoints_answer_as_the_design_says() {
     assert_eq!(status, 200);
     // HEAD carries no body.
     let mut raw = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(raw, "HEAD /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        raw,
+        "HEAD /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut text = String::new();
     raw.read_to_string(&mut text).unwrap();
-    assert!(text.ends_with("\r\n\r\n"), "HEAD answered with a body: {text:?}");
+    assert!(
+        text.ends_with("\r\n\r\n"),
+        "HEAD answered with a body: {text:?}"
+    );
     // Other methods: 405 naming the allowed ones.
     let mut raw = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(raw, "POST /livez HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n").unwrap();
+    write!(
+        raw,
+        "POST /livez HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut text = String::new();
     raw.read_to_string(&mut text).unwrap();
     assert!(text.starts_with("HTTP/1.1 405"), "{text}");
@@ -79,7 +107,10 @@ fn endpoints_answer_as_the_design_says() {
         "lifeguard_signals_forwarded_total{signal=\"SIGUSR1\"} 1",
         "lifeguard_zombies_reaped_total 5",
     ] {
-        assert!(metrics.lines().any(|l| l == line), "missing {line:?}:\n{metrics}");
+        assert!(
+            metrics.lines().any(|l| l == line),
+            "missing {line:?}:\n{metrics}"
+        );
     }
     run.signal(libc::SIGINT);
     run.expect_exit(0);
@@ -93,12 +124,25 @@ fn readyz_says_starting_until_the_tcp_check_passes_then_follows_it() {
     let target = format!("127.0.0.1:{app_port}");
     let mut run = start(
         Mode::Subreaper,
-        &args(&["--listen", &listen, "--ready-tcp", &target, "--ready-interval", "100ms"], &[]),
+        &args(
+            &[
+                "--listen",
+                &listen,
+                "--ready-tcp",
+                &target,
+                "--ready-interval",
+                "100ms",
+            ],
+            &[],
+        ),
     );
     run.ready();
     wait_for_answer(port, "/livez", 200, "alive");
     assert_eq!(get(port, "/readyz"), (503, "starting".into()));
-    assert!(get(port, "/metrics").1.lines().any(|l| l == "lifeguard_ready 0"));
+    assert!(get(port, "/metrics")
+        .1
+        .lines()
+        .any(|l| l == "lifeguard_ready 0"));
     let app_listener = TcpListener::bind(&target).unwrap();
     wait_for_answer(port, "/readyz", 200, "ready");
     drop(app_listener);
@@ -106,7 +150,10 @@ fn readyz_says_starting_until_the_tcp_check_passes_then_follows_it() {
         let (status, body) = request(port, "GET", "/readyz").ok()?;
         (status == 503).then_some(body)
     });
-    assert!(answer.starts_with("not ready: cannot connect to 127.0.0.1:"), "{answer}");
+    assert!(
+        answer.starts_with("not ready: cannot connect to 127.0.0.1:"),
+        "{answer}"
+    );
     run.signal(libc::SIGINT);
     run.expect_exit(0);
 }
@@ -120,14 +167,28 @@ fn readyz_follows_the_http_check_of_the_app() {
     let app_port_text = app_port.to_string();
     let mut run = start(
         Mode::Pid1,
-        &args(&["--listen", &listen, "--ready-http", &url, "--ready-interval", "100ms"], &["--http", &app_port_text]),
+        &args(
+            &[
+                "--listen",
+                &listen,
+                "--ready-http",
+                &url,
+                "--ready-interval",
+                "100ms",
+            ],
+            &["--http", &app_port_text],
+        ),
     );
     run.ready();
     wait_for_answer(port, "/readyz", 200, "ready");
     run.signal(libc::SIGUSR1); // the app's /health now answers 500
     let expected = format!("not ready: GET {url} answered 500");
     wait_for_answer(port, "/readyz", 503, &expected);
-    assert_eq!(get(port, "/livez").0, 200, "a failing app check must not fail liveness");
+    assert_eq!(
+        get(port, "/livez").0,
+        200,
+        "a failing app check must not fail liveness"
+    );
     run.signal(libc::SIGUSR1);
     wait_for_answer(port, "/readyz", 200, "ready");
     run.signal(libc::SIGINT);
@@ -146,7 +207,18 @@ fn graceful_shutdown_behind_a_load_balancer() {
     let mut run = start(
         Mode::Pid1,
         &args(
-            &["--listen", &listen, "--ready-http", &url, "--ready-interval", "100ms", "--drain-delay", "1s", "--grace", "10s"],
+            &[
+                "--listen",
+                &listen,
+                "--ready-http",
+                &url,
+                "--ready-interval",
+                "100ms",
+                "--drain-delay",
+                "1s",
+                "--grace",
+                "10s",
+            ],
             &["--http", &app_port_text],
         ),
     );
@@ -154,7 +226,8 @@ fn graceful_shutdown_behind_a_load_balancer() {
     wait_for_answer(port, "/readyz", 200, "ready");
 
     let started = Instant::now();
-    let in_flight = std::thread::spawn(move || (request(app_port, "GET", "/slow"), started.elapsed()));
+    let in_flight =
+        std::thread::spawn(move || (request(app_port, "GET", "/slow"), started.elapsed()));
     run.expect_line("request /slow");
 
     run.signal(libc::SIGTERM);
@@ -162,16 +235,33 @@ fn graceful_shutdown_behind_a_load_balancer() {
     // Readiness turns 503 at once, while liveness holds.
     assert_eq!(get(port, "/readyz"), (503, "draining".into()));
     assert_eq!(get(port, "/livez"), (200, "alive".into()));
-    assert!(get(port, "/metrics").1.lines().any(|l| l == "lifeguard_draining 1"));
+    assert!(get(port, "/metrics")
+        .1
+        .lines()
+        .any(|l| l == "lifeguard_draining 1"));
     // A request the balancer still sends during the drain is served.
-    assert_eq!(request(app_port, "GET", "/").unwrap(), (200, "hello".into()));
-    assert!(!run.stdout().iter().any(|l| l == "signal TERM"), "SIGTERM relayed before the drain ended");
+    assert_eq!(
+        request(app_port, "GET", "/").unwrap(),
+        (200, "hello".into())
+    );
+    assert!(
+        !run.stdout().iter().any(|l| l == "signal TERM"),
+        "SIGTERM relayed before the drain ended"
+    );
 
     // The app gets SIGTERM only after the drain delay, and closes its port at once.
     run.expect_line("closed");
-    assert!(sent.elapsed() >= Duration::from_millis(950), "relayed after {:?}", sent.elapsed());
+    assert!(
+        sent.elapsed() >= Duration::from_millis(950),
+        "relayed after {:?}",
+        sent.elapsed()
+    );
     let refused = request(app_port, "GET", "/").unwrap_err();
-    assert_eq!(refused.kind(), std::io::ErrorKind::ConnectionRefused, "{refused}");
+    assert_eq!(
+        refused.kind(),
+        std::io::ErrorKind::ConnectionRefused,
+        "{refused}"
+    );
 
     // The request in flight completes.
     let (answer, took) = in_flight.join().unwrap();
@@ -186,7 +276,10 @@ fn graceful_shutdown_behind_a_load_balancer() {
 fn without_the_drain_the_app_refuses_connections_right_after_sigterm() {
     let app_port = free_port();
     let app_port_text = app_port.to_string();
-    let mut run = start(Mode::Pid1, &args(&["--drain-delay", "0"], &["--http", &app_port_text]));
+    let mut run = start(
+        Mode::Pid1,
+        &args(&["--drain-delay", "0"], &["--http", &app_port_text]),
+    );
     run.ready();
     assert_eq!(request(app_port, "GET", "/").unwrap().0, 200);
     run.signal(libc::SIGTERM);
@@ -202,7 +295,17 @@ fn hostile_clients_never_delay_health_or_shutdown() {
     let listen = listen_flag(port);
     let mut run = start(
         Mode::Pid1,
-        &args(&["--listen", &listen, "--drain-delay", "200ms", "--grace", "3s"], &["--exit-on", "none"]),
+        &args(
+            &[
+                "--listen",
+                &listen,
+                "--drain-delay",
+                "200ms",
+                "--grace",
+                "3s",
+            ],
+            &["--exit-on", "none"],
+        ),
     );
     run.ready();
     wait_for_answer(port, "/livez", 200, "alive");
@@ -211,36 +314,55 @@ fn hostile_clients_never_delay_health_or_shutdown() {
     for i in 0..600 {
         let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
         if i % 2 == 0 {
-            s.write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\nX-Slow: ").unwrap();
+            s.write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+                .unwrap();
         }
         hostile.push(s);
     }
     // A 200 kB header: refused with 431 (or cut off), never buffered whole.
     let mut big = TcpStream::connect(("127.0.0.1", port)).unwrap();
     big.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    let header = format!("GET /livez HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "a".repeat(200_000));
+    let header = format!(
+        "GET /livez HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(200_000)
+    );
     let _ = big.write_all(header.as_bytes());
     let mut answer = String::new();
     let _ = big.read_to_string(&mut answer);
-    assert!(answer.is_empty() || answer.starts_with("HTTP/1.1 431"), "{answer:?}");
+    assert!(
+        answer.is_empty() || answer.starts_with("HTTP/1.1 431"),
+        "{answer:?}"
+    );
     // A client that asks for metrics over and over and never reads the answers.
     let mut deaf = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    deaf.set_write_timeout(Some(Duration::from_secs(2))).unwrap();
+    deaf.set_write_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
     for _ in 0..2000 {
-        if deaf.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n").is_err() {
+        if deaf
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .is_err()
+        {
             break;
         }
     }
     // A fresh client is still answered within a second.
     let asked = Instant::now();
     assert_eq!(get(port, "/livez"), (200, "alive".into()));
-    assert!(asked.elapsed() < Duration::from_secs(1), "/livez took {:?}", asked.elapsed());
+    assert!(
+        asked.elapsed() < Duration::from_secs(1),
+        "/livez took {:?}",
+        asked.elapsed()
+    );
     // And the shutdown still runs on time: drain, relay, kill at the 3 s deadline.
     let sent = Instant::now();
     run.signal(libc::SIGTERM);
     run.expect_line("signal TERM");
     run.expect_exit(137);
-    assert!(sent.elapsed() < Duration::from_secs(6), "shutdown took {:?}", sent.elapsed());
+    assert!(
+        sent.elapsed() < Duration::from_secs(6),
+        "shutdown took {:?}",
+        sent.elapsed()
+    );
     drop(hostile);
 }
 
@@ -253,7 +375,12 @@ fn a_request_head_over_16_kib_gets_431() {
     wait_for_answer(port, "/livez", 200, "alive");
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(s, "GET /livez HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n", "a".repeat(20_000)).unwrap();
+    write!(
+        s,
+        "GET /livez HTTP/1.1\r\nHost: x\r\nX-Big: {}\r\n\r\n",
+        "a".repeat(20_000)
+    )
+    .unwrap();
     let mut answer = String::new();
     let _ = s.read_to_string(&mut answer);
     assert!(answer.starts_with("HTTP/1.1 431"), "{answer:?}");
@@ -279,7 +406,10 @@ fn idle_and_half_sent_connections_are_closed_after_5_seconds() {
     let _ = idle.read_to_end(&mut buf);
     let _ = half.read_to_end(&mut buf);
     let took = opened.elapsed();
-    assert!(took >= Duration::from_millis(4500) && took < Duration::from_secs(9), "closed after {took:?}");
+    assert!(
+        took >= Duration::from_millis(4500) && took < Duration::from_secs(9),
+        "closed after {took:?}"
+    );
     run.signal(libc::SIGINT);
     run.expect_exit(0);
 }
@@ -292,7 +422,9 @@ fn connections_beyond_1024_evict_the_least_recently_active() {
     run.ready();
     wait_for_answer(port, "/livez", 200, "alive");
     let mut first = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    first.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    first
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     let mut rest = Vec::new();
     for _ in 0..1100 {
         rest.push(TcpStream::connect(("127.0.0.1", port)).unwrap());
@@ -302,7 +434,10 @@ fn connections_beyond_1024_evict_the_least_recently_active() {
     let mut buf = [0u8; 16];
     let n = first.read(&mut buf).unwrap_or(0);
     assert_eq!(n, 0, "the oldest idle connection is still open");
-    assert!(asked.elapsed() < Duration::from_secs(4), "closed only by the idle timeout");
+    assert!(
+        asked.elapsed() < Duration::from_secs(4),
+        "closed only by the idle timeout"
+    );
     assert_eq!(get(port, "/livez"), (200, "alive".into()));
     drop(rest);
     run.signal(libc::SIGINT);
@@ -328,7 +463,11 @@ fn an_explicit_address_that_cannot_be_bound_is_exit_125_before_the_app_starts() 
         run.expect_exit(125);
         let line = run.expect_log(&addr);
         assert!(line.contains("cannot listen"), "{line}");
-        assert!(run.stdout().is_empty(), "the app was started: {:?}", run.stdout());
+        assert!(
+            run.stdout().is_empty(),
+            "the app was started: {:?}",
+            run.stdout()
+        );
     }
 }
 
@@ -345,8 +484,17 @@ fn a_busy_default_address_costs_a_warning_only() {
 
 fn probe(args: &[&str]) -> (i32, String, Duration) {
     let started = Instant::now();
-    let out = Command::new(LIFEGUARD).arg("--probe").args(args).env_remove("LIFEGUARD_LISTEN").output().unwrap();
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(LIFEGUARD)
+        .arg("--probe")
+        .args(args)
+        .env_remove("LIFEGUARD_LISTEN")
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     (out.status.code().unwrap(), text, started.elapsed())
 }
 
@@ -354,7 +502,20 @@ fn probe(args: &[&str]) -> (i32, String, Duration) {
 fn probe_exits_0_on_2xx_and_1_otherwise_within_its_timeout() {
     let port = free_port();
     let listen = listen_flag(port);
-    let mut run = start(Mode::Subreaper, &args(&["--listen", &listen, "--drain-delay", "30s", "--grace", "40s"], &[]));
+    let mut run = start(
+        Mode::Subreaper,
+        &args(
+            &[
+                "--listen",
+                &listen,
+                "--drain-delay",
+                "30s",
+                "--grace",
+                "40s",
+            ],
+            &[],
+        ),
+    );
     run.ready();
     wait_for_answer(port, "/readyz", 200, "ready");
     let (code, text, _) = probe(&["--listen", &listen]);
@@ -367,7 +528,11 @@ fn probe_exits_0_on_2xx_and_1_otherwise_within_its_timeout() {
     assert_eq!(code, 1, "{text}");
     assert!(text.contains("503") && text.contains("draining"), "{text}");
     // The environment twin names the address too.
-    let out = Command::new(LIFEGUARD).args(["--probe", "live"]).env("LIFEGUARD_LISTEN", &listen).output().unwrap();
+    let out = Command::new(LIFEGUARD)
+        .args(["--probe", "live"])
+        .env("LIFEGUARD_LISTEN", &listen)
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(0));
     run.signal(libc::SIGINT);
     run.expect_exit(0);

@@ -41,9 +41,24 @@ fn death_by_signal_is_128_plus_the_signal_number() {
 
 #[test]
 fn remapped_codes_become_zero() {
-    let mut run = start(Mode::Pid1, &args(&["-e", "3", "--remap-exit", "143"], &["--exit", "3"]));
+    let mut run = start(
+        Mode::Pid1,
+        &args(&["-e", "3", "--remap-exit", "143"], &["--exit", "3"]),
+    );
     run.expect_exit(0);
-    let mut run = start(Mode::Pid1, &["-e", "143", "--drain-delay", "0", "--", "sh", "-c", &format!("{TESTAPP}; true")]);
+    let mut run = start(
+        Mode::Pid1,
+        &[
+            "-e",
+            "143",
+            "--drain-delay",
+            "0",
+            "--",
+            "sh",
+            "-c",
+            &format!("{TESTAPP}; true"),
+        ],
+    );
     run.ready();
     run.signal(libc::SIGTERM);
     run.expect_exit(0);
@@ -79,8 +94,14 @@ fn usage_errors_exit_2_naming_the_flag_and_start_nothing() {
     let cases: &[(&[&str], &[&str])] = &[
         (&[], &["COMMAND"]),
         (&["--frobnicate", "--", "true"], &["--frobnicate"]),
-        (&["--drain-delay", "soon", "--", "true"], &["--drain-delay", "500ms, 5s, 2m"]),
-        (&["--grace", "2s", "--drain-delay", "3s", "--", "true"], &["--grace", "--drain-delay"]),
+        (
+            &["--drain-delay", "soon", "--", "true"],
+            &["--drain-delay", "500ms, 5s, 2m"],
+        ),
+        (
+            &["--grace", "2s", "--drain-delay", "3s", "--", "true"],
+            &["--grace", "--drain-delay"],
+        ),
         (&["-r", "TERM", "--", "true"], &["--rewrite", "FROM:TO"]),
         (&["-p", "NOPE", "--", "true"], &["--pdeathsig", "NOPE"]),
     ];
@@ -92,7 +113,11 @@ fn usage_errors_exit_2_naming_the_flag_and_start_nothing() {
             assert!(err.contains(w), "{args:?}: message lacks {w:?}: {err}");
         }
     }
-    let out = Command::new(LIFEGUARD).args(["--", "true"]).env("LIFEGUARD_GRACE", "x").output().unwrap();
+    let out = Command::new(LIFEGUARD)
+        .args(["--", "true"])
+        .env("LIFEGUARD_GRACE", "x")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     let out = Command::new(LIFEGUARD).arg("--help").output().unwrap();
     assert_eq!(out.status.code(), Some(0));
@@ -102,30 +127,43 @@ fn usage_errors_exit_2_naming_the_flag_and_start_nothing() {
 #[test]
 fn environment_twins_configure_lifeguard_and_flags_win() {
     // LIFEGUARD_REWRITE and LIFEGUARD_REMAP_EXIT, comma-separated like repeated flags.
-    let mut run = start_with(Mode::Subreaper, &args(&[], &["--exit-on", "QUIT", "--code", "3"]), |c| {
-        c.env("LIFEGUARD_REWRITE", "TERM:QUIT,HUP:DROP")
-            .env("LIFEGUARD_REMAP_EXIT", "3")
-            .env("LIFEGUARD_DRAIN_DELAY", "0")
-            .env("LIFEGUARD_LOG_FORMAT", "json")
-            .env("LIFEGUARD_VERBOSE", "1");
-    });
+    let mut run = start_with(
+        Mode::Subreaper,
+        &args(&[], &["--exit-on", "QUIT", "--code", "3"]),
+        |c| {
+            c.env("LIFEGUARD_REWRITE", "TERM:QUIT,HUP:DROP")
+                .env("LIFEGUARD_REMAP_EXIT", "3")
+                .env("LIFEGUARD_DRAIN_DELAY", "0")
+                .env("LIFEGUARD_LOG_FORMAT", "json")
+                .env("LIFEGUARD_VERBOSE", "1");
+        },
+    );
     run.ready();
     run.signal(libc::SIGHUP);
     run.signal(libc::SIGTERM);
     run.expect_line("signal QUIT");
     run.expect_exit(0);
-    assert!(run.stderr().iter().all(|l| l.starts_with('{')), "{:?}", run.stderr());
+    assert!(
+        run.stderr().iter().all(|l| l.starts_with('{')),
+        "{:?}",
+        run.stderr()
+    );
     assert!(!run.stdout().iter().any(|l| l == "signal HUP"));
     // The flag wins over its twin: --drain-delay 0 against a twin of a minute.
     let mut run = start_with(Mode::Subreaper, &args(&["--drain-delay", "0"], &[]), |c| {
-        c.env("LIFEGUARD_DRAIN_DELAY", "60s").env("LIFEGUARD_GRACE", "90s");
+        c.env("LIFEGUARD_DRAIN_DELAY", "60s")
+            .env("LIFEGUARD_GRACE", "90s");
     });
     run.ready();
     run.signal(libc::SIGTERM);
     run.expect_line("signal TERM");
     run.expect_exit(0);
     // A twin with a bad value is a usage error naming the flag.
-    let out = Command::new(LIFEGUARD).args(["--", "true"]).env("LIFEGUARD_DRAIN_DELAY", "soon").output().unwrap();
+    let out = Command::new(LIFEGUARD)
+        .args(["--", "true"])
+        .env("LIFEGUARD_DRAIN_DELAY", "soon")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&out.stderr).contains("--drain-delay"));
 }

@@ -43,9 +43,14 @@ fn report(mode: Option<Mode>, env_args: &[&str]) -> (u64, u64) {
     lifeguard_args.push("/proc/self/status");
     let mut run = start_with(mode, &lifeguard_args, move |c| {
         let mut wrapped = std::process::Command::new("env");
-        wrapped.args(&env_args).arg(c.get_program()).args(c.get_args());
+        wrapped
+            .args(&env_args)
+            .arg(c.get_program())
+            .args(c.get_args());
         wrapped.stdin(std::process::Stdio::null());
-        wrapped.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
+        wrapped
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
         *c = wrapped;
     });
     run.expect(|l| l.starts_with("SigIgn:"), "SigIgn");
@@ -62,9 +67,17 @@ fn the_app_gets_the_mask_and_ignored_set_lifeguard_was_started_with() {
         let (mask, ignored) = report(Some(mode), &plain);
         assert_eq!((mask, ignored), report(None, &plain), "[{mode:?}]");
         assert_eq!(mask, 0);
-        assert_eq!(ignored & bit(libc::SIGPIPE), 0, "[{mode:?}] SIGPIPE left ignored");
+        assert_eq!(
+            ignored & bit(libc::SIGPIPE),
+            0,
+            "[{mode:?}] SIGPIPE left ignored"
+        );
         // Started with USR2 blocked and PIPE and HUP ignored: the app sees the same.
-        let odd = ["--block-signal=USR2", "--ignore-signal=PIPE", "--ignore-signal=HUP"];
+        let odd = [
+            "--block-signal=USR2",
+            "--ignore-signal=PIPE",
+            "--ignore-signal=HUP",
+        ];
         let (mask, ignored) = report(Some(mode), &odd);
         assert_eq!((mask, ignored), report(None, &odd), "[{mode:?}]");
         assert_eq!(mask, bit(libc::SIGUSR2), "[{mode:?}]");
@@ -74,20 +87,41 @@ fn the_app_gets_the_mask_and_ignored_set_lifeguard_was_started_with() {
 }
 
 fn fds(text: &str) -> String {
-    text.lines().find_map(|l| l.strip_prefix("fds ")).unwrap_or_else(|| panic!("no fds in {text}")).to_string()
+    text.lines()
+        .find_map(|l| l.strip_prefix("fds "))
+        .unwrap_or_else(|| panic!("no fds in {text}"))
+        .to_string()
 }
 
 #[test]
 fn no_descriptor_of_lifeguards_leaks_into_the_app() {
-    let out = std::process::Command::new(TESTAPP).args(["--report", "--exit", "0"]).output().unwrap();
+    let out = std::process::Command::new(TESTAPP)
+        .args(["--report", "--exit", "0"])
+        .output()
+        .unwrap();
     let direct = fds(&String::from_utf8_lossy(&out.stdout));
     for mode in MODES {
         // With the endpoint listening and the app check's client in use too.
         let mut run = start(
             mode,
-            &args(&["-vv", "--listen", "127.0.0.1:0", "--ready-tcp", "127.0.0.1:9", "--ready-interval", "50ms"], &["--report", "--exit", "0"]),
+            &args(
+                &[
+                    "-vv",
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--ready-tcp",
+                    "127.0.0.1:9",
+                    "--ready-interval",
+                    "50ms",
+                ],
+                &["--report", "--exit", "0"],
+            ),
         );
-        assert_eq!(run.value("fds"), direct, "[{mode:?}] the app sees descriptors it would not see without lifeguard");
+        assert_eq!(
+            run.value("fds"),
+            direct,
+            "[{mode:?}] the app sees descriptors it would not see without lifeguard"
+        );
         run.expect_exit(0);
     }
 }
@@ -108,9 +142,13 @@ fn the_app_runs_in_its_own_session_and_group() {
 #[test]
 fn environment_and_working_directory_are_unchanged() {
     let dir = std::env::temp_dir();
-    let mut run = start_with(Mode::Pid1, &["--", "sh", "-c", "pwd; echo \"$GREETING\""], |c| {
-        c.current_dir(&dir).env("GREETING", "hello there");
-    });
+    let mut run = start_with(
+        Mode::Pid1,
+        &["--", "sh", "-c", "pwd; echo \"$GREETING\""],
+        |c| {
+            c.current_dir(&dir).env("GREETING", "hello there");
+        },
+    );
     run.expect_line(dir.to_str().unwrap());
     run.expect_line("hello there");
     run.expect_exit(0);
@@ -126,7 +164,10 @@ fn with_a_terminal_on_stdin_the_app_is_the_foreground_group() {
         .output()
         .expect("script(1) from util-linux is needed for this test");
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("foreground true"), "the app does not own the terminal:\n{text}");
+    assert!(
+        text.contains("foreground true"),
+        "the app does not own the terminal:\n{text}"
+    );
 }
 
 #[test]
@@ -134,20 +175,32 @@ fn the_app_gets_the_descriptor_limit_lifeguard_was_started_with() {
     // lifeguard raises its own soft limit for the endpoint's connections; the app must
     // not notice.
     let script = format!("ulimit -Sn; exec {TESTAPP}");
-    let mut run = start_with(Mode::Subreaper, &["--listen", "127.0.0.1:0", "--", "sh", "-c", &script], |c| {
-        let program = c.get_program().to_owned();
-        let argv: Vec<_> = c.get_args().map(|a| a.to_owned()).collect();
-        let mut wrapped = std::process::Command::new("prlimit");
-        wrapped.args(["--nofile=512:4096"]).arg(program).args(argv);
-        wrapped.env("LIFEGUARD_LISTEN", "off");
-        wrapped.stdin(std::process::Stdio::null());
-        wrapped.stdout(std::process::Stdio::piped()).stderr(std::process::Stdio::piped());
-        *c = wrapped;
-    });
+    let mut run = start_with(
+        Mode::Subreaper,
+        &["--listen", "127.0.0.1:0", "--", "sh", "-c", &script],
+        |c| {
+            let program = c.get_program().to_owned();
+            let argv: Vec<_> = c.get_args().map(|a| a.to_owned()).collect();
+            let mut wrapped = std::process::Command::new("prlimit");
+            wrapped.args(["--nofile=512:4096"]).arg(program).args(argv);
+            wrapped.env("LIFEGUARD_LISTEN", "off");
+            wrapped.stdin(std::process::Stdio::null());
+            wrapped
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped());
+            *c = wrapped;
+        },
+    );
     run.expect_line("512");
     let limits = std::fs::read_to_string(format!("/proc/{}/limits", run.pid)).unwrap();
-    let soft = limits.lines().find(|l| l.starts_with("Max open files")).unwrap();
-    assert!(soft.split_whitespace().nth(3) == Some("2048"), "lifeguard's own limit: {soft}");
+    let soft = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap();
+    assert!(
+        soft.split_whitespace().nth(3) == Some("2048"),
+        "lifeguard's own limit: {soft}"
+    );
     run.ready();
     run.signal(libc::SIGINT);
     run.expect_exit(0);

@@ -7,7 +7,13 @@ use common::*;
 #[test]
 fn every_lifecycle_event_is_logged_at_info() {
     for mode in MODES {
-        let mut run = start(mode, &args(&["-v", "--drain-delay", "100ms", "--grace", "1s"], &["--exit-on", "none"]));
+        let mut run = start(
+            mode,
+            &args(
+                &["-v", "--drain-delay", "100ms", "--grace", "1s"],
+                &["--exit-on", "none"],
+            ),
+        );
         run.ready();
         run.signal(libc::SIGTERM);
         run.expect_exit(137);
@@ -22,9 +28,15 @@ fn every_lifecycle_event_is_logged_at_info() {
             "killed by SIGKILL",
             "lifeguard exiting code=137",
         ] {
-            assert!(log.contains(event), "[{mode:?}] missing {event:?} in:\n{log}");
+            assert!(
+                log.contains(event),
+                "[{mode:?}] missing {event:?} in:\n{log}"
+            );
         }
-        assert!(run.stderr().iter().all(|l| l.starts_with("lifeguard: ")), "{log}");
+        assert!(
+            run.stderr().iter().all(|l| l.starts_with("lifeguard: ")),
+            "{log}"
+        );
     }
 }
 
@@ -37,30 +49,48 @@ fn default_level_is_quiet_about_routine_events() {
 
 #[test]
 fn json_format_writes_one_object_per_line() {
-    let mut run = start(Mode::Subreaper, &args(&["-v", "--log-format", "json"], &["--exit", "5"]));
+    let mut run = start(
+        Mode::Subreaper,
+        &args(&["-v", "--log-format", "json"], &["--exit", "5"]),
+    );
     run.expect_exit(5);
     let lines = run.stderr();
     assert!(lines.len() >= 3, "{lines:?}");
     for line in &lines {
-        assert!(line.starts_with("{\"time\":\"") && line.ends_with('}'), "{line}");
+        assert!(
+            line.starts_with("{\"time\":\"") && line.ends_with('}'),
+            "{line}"
+        );
         assert!(line.contains("\"level\":\"info\""), "{line}");
     }
-    assert!(lines.iter().any(|l| l.contains("\"msg\":\"app exited\"") && l.contains("\"code\":5")), "{lines:?}");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("\"msg\":\"app exited\"") && l.contains("\"code\":5")),
+        "{lines:?}"
+    );
 }
 
 #[test]
 fn a_closed_stderr_never_stops_supervision() {
     for mode in MODES {
         // stderr is a pipe whose reader is gone: every log write fails with EPIPE.
-        let mut run = start_with(mode, &args(&["-vv", "--drain-delay", "0"], &["--code", "9"]), |c| {
-            c.stderr(broken_pipe());
-        });
+        let mut run = start_with(
+            mode,
+            &args(&["-vv", "--drain-delay", "0"], &["--code", "9"]),
+            |c| {
+                c.stderr(broken_pipe());
+            },
+        );
         run.ready();
         run.signal(libc::SIGUSR1);
         run.expect_line("signal USR1");
         run.signal(libc::SIGTERM);
         run.expect_line("signal TERM");
         run.expect_exit(9);
-        assert!(!run.stdout().iter().any(|l| l == "signal PIPE"), "lifeguard's own SIGPIPE was forwarded");
+        assert!(
+            !run.stdout().iter().any(|l| l == "signal PIPE"),
+            "lifeguard's own SIGPIPE was forwarded"
+        );
     }
 }

@@ -6,7 +6,10 @@ use common::*;
 
 /// The zombies among `pid`'s children.
 fn zombie_children(pid: i32) -> usize {
-    children(pid).into_iter().filter(|c| state(*c) == Some('Z')).count()
+    children(pid)
+        .into_iter()
+        .filter(|c| state(*c) == Some('Z'))
+        .count()
 }
 
 #[test]
@@ -15,7 +18,9 @@ fn a_burst_of_twenty_thousand_orphans_leaves_no_zombie() {
         let mut run = start(mode, &app(&["--zombies", "20000"]));
         run.ready();
         run.expect_line("zombies 20000");
-        wait_until("every orphan to be reaped", || (zombie_children(run.pid) == 0).then_some(()));
+        wait_until("every orphan to be reaped", || {
+            (zombie_children(run.pid) == 0).then_some(())
+        });
         // Only the app is left below lifeguard, still running.
         assert_eq!(children(run.pid), vec![run.app_pid()], "[{mode:?}]");
         run.signal(libc::SIGINT);
@@ -29,7 +34,12 @@ fn warn_on_reap_logs_each_orphan() {
     run.ready();
     run.expect_line("zombies 3");
     wait_until("three reap warnings", || {
-        (run.stderr().iter().filter(|l| l.contains("reaped zombie")).count() == 3).then_some(())
+        (run.stderr()
+            .iter()
+            .filter(|l| l.contains("reaped zombie"))
+            .count()
+            == 3)
+            .then_some(())
     });
     run.signal(libc::SIGINT);
     run.expect_exit(0);

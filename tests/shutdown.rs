@@ -9,13 +9,19 @@ use common::*;
 #[test]
 fn sigterm_is_held_for_the_drain_delay_then_relayed() {
     for mode in MODES {
-        let mut run = start(mode, &args(&["--drain-delay", "600ms", "--grace", "5s"], &[]));
+        let mut run = start(
+            mode,
+            &args(&["--drain-delay", "600ms", "--grace", "5s"], &[]),
+        );
         run.ready();
         let sent = Instant::now();
         run.signal(libc::SIGTERM);
         run.expect_line("signal TERM");
         let held = sent.elapsed();
-        assert!(held >= Duration::from_millis(590), "[{mode:?}] relayed after {held:?}, before the drain delay");
+        assert!(
+            held >= Duration::from_millis(590),
+            "[{mode:?}] relayed after {held:?}, before the drain delay"
+        );
         run.expect_exit(0);
     }
 }
@@ -23,14 +29,20 @@ fn sigterm_is_held_for_the_drain_delay_then_relayed() {
 #[test]
 fn a_second_sigterm_cuts_the_drain_short() {
     for mode in MODES {
-        let mut run = start(mode, &args(&["-v", "--drain-delay", "60s", "--grace", "90s"], &[]));
+        let mut run = start(
+            mode,
+            &args(&["-v", "--drain-delay", "60s", "--grace", "90s"], &[]),
+        );
         run.ready();
         run.signal(libc::SIGTERM);
         run.expect_log("draining");
         run.signal(libc::SIGTERM);
         run.expect_line("signal TERM");
         run.expect_exit(0);
-        assert_eq!(run.stdout().iter().filter(|l| *l == "signal TERM").count(), 1);
+        assert_eq!(
+            run.stdout().iter().filter(|l| *l == "signal TERM").count(),
+            1
+        );
     }
 }
 
@@ -39,11 +51,16 @@ fn whatever_outlives_the_grace_deadline_is_killed_and_lifeguard_exits_137() {
     for mode in MODES {
         let mut run = start(
             mode,
-            &args(&["--drain-delay", "100ms", "--grace", "1s"], &["--exit-on", "none", "--daemon", "stubborn"]),
+            &args(
+                &["--drain-delay", "100ms", "--grace", "1s"],
+                &["--exit-on", "none", "--daemon", "stubborn"],
+            ),
         );
         run.ready();
         let daemon = run.value("daemon");
-        let daemon_host_pid = descendants(run.pid).into_iter().find(|p| *p != run.app_pid());
+        let daemon_host_pid = descendants(run.pid)
+            .into_iter()
+            .find(|p| *p != run.app_pid());
         run.signal(libc::SIGTERM);
         run.expect_line("signal TERM");
         run.expect_exit(137);
@@ -71,14 +88,25 @@ fn when_the_app_exits_its_leftovers_get_sigterm_and_lifeguard_waits_for_them() {
 fn leftovers_that_ignore_sigterm_are_killed_at_grace_after_the_app_exit() {
     for mode in MODES {
         let started = Instant::now();
-        let mut run = start(mode, &args(&["--grace", "1s", "--drain-delay", "0"], &["--daemon", "stubborn", "--exit", "4"]));
+        let mut run = start(
+            mode,
+            &args(
+                &["--grace", "1s", "--drain-delay", "0"],
+                &["--daemon", "stubborn", "--exit", "4"],
+            ),
+        );
         run.ready();
         let daemon: i32 = run.value("daemon").parse().unwrap();
         run.expect_line("daemon signal TERM ignored");
         run.expect_exit(4);
-        assert!(started.elapsed() >= Duration::from_millis(900), "killed before the grace ran out");
+        assert!(
+            started.elapsed() >= Duration::from_millis(900),
+            "killed before the grace ran out"
+        );
         if mode == Mode::Subreaper {
-            wait_until("the stubborn daemon to be killed", || (!alive(daemon)).then_some(()));
+            wait_until("the stubborn daemon to be killed", || {
+                (!alive(daemon)).then_some(())
+            });
         }
     }
 }
@@ -88,12 +116,23 @@ fn after_the_stop_signal_the_app_group_is_not_signalled_twice() {
     // The app takes a while to exit after SIGTERM; when its shell parent exits first the
     // group must not get a second SIGTERM (a second one means "force" to many apps).
     let script = format!("{TESTAPP} --exit-on TERM,INT --linger 300; true");
-    let mut run = start(Mode::Subreaper, &["--drain-delay", "0", "--", "sh", "-c", &script]);
+    let mut run = start(
+        Mode::Subreaper,
+        &["--drain-delay", "0", "--", "sh", "-c", &script],
+    );
     run.ready();
     run.signal(libc::SIGTERM);
     run.expect_line("exiting");
     run.expect_exit(143);
-    assert_eq!(run.stdout().iter().filter(|l| l.starts_with("signal TERM")).count(), 1, "{}", run.transcript());
+    assert_eq!(
+        run.stdout()
+            .iter()
+            .filter(|l| l.starts_with("signal TERM"))
+            .count(),
+        1,
+        "{}",
+        run.transcript()
+    );
 }
 
 #[test]
@@ -120,6 +159,11 @@ fn lifeguard_gets_its_parent_death_signal() {
         while out.read_line(&mut rest).unwrap_or(0) > 0 {}
         let _ = tx.send(rest);
     });
-    let rest = rx.recv_timeout(PATIENCE).expect("lifeguard kept running after its parent died");
-    assert!(rest.contains("signal TERM"), "the app never got the stop signal: {rest:?}");
+    let rest = rx
+        .recv_timeout(PATIENCE)
+        .expect("lifeguard kept running after its parent died");
+    assert!(
+        rest.contains("signal TERM"),
+        "the app never got the stop signal: {rest:?}"
+    );
 }

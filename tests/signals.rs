@@ -34,9 +34,17 @@ fn every_catchable_signal_reaches_the_app_including_real_time_ones() {
         for _ in 0..3 {
             run.signal(rt + 1);
         }
-        let got = |run: &Run| run.stdout().iter().filter(|l| *l == "signal RTMIN+1").count();
+        let got = |run: &Run| {
+            run.stdout()
+                .iter()
+                .filter(|l| *l == "signal RTMIN+1")
+                .count()
+        };
         wait_until("three RTMIN+1", || (got(&run) == 3).then_some(()));
-        assert!(!run.stdout().iter().any(|l| l == "signal CHLD"), "SIGCHLD must not be forwarded");
+        assert!(
+            !run.stdout().iter().any(|l| l == "signal CHLD"),
+            "SIGCHLD must not be forwarded"
+        );
     }
 }
 
@@ -46,7 +54,10 @@ fn sigterm_reaches_the_app_behind_a_shell_every_time() {
     // signals the whole group and waits for it, so the app's handler always runs.
     let script = format!("{TESTAPP} --linger 100; true");
     for round in 0..20 {
-        let mut run = start(Mode::Pid1, &["--drain-delay", "0", "--", "sh", "-c", &script]);
+        let mut run = start(
+            Mode::Pid1,
+            &["--drain-delay", "0", "--", "sh", "-c", &script],
+        );
         run.ready();
         run.signal(libc::SIGTERM);
         run.expect_line("signal TERM");
@@ -60,7 +71,10 @@ fn sigterm_reaches_the_app_behind_a_shell_every_time() {
 #[test]
 fn single_child_mode_signals_only_the_direct_child() {
     let script = format!("{TESTAPP}; true");
-    for (flags, env) in [(vec!["-c"], None), (vec![], Some(("DUMB_INIT_SETSID", "0")))] {
+    for (flags, env) in [
+        (vec!["-c"], None),
+        (vec![], Some(("DUMB_INIT_SETSID", "0"))),
+    ] {
         let mut all = flags.clone();
         all.extend(["--", "sh", "-c", &script]);
         let mut run = start_with(Mode::Pid1, &all, |c| {
@@ -74,7 +88,11 @@ fn single_child_mode_signals_only_the_direct_child() {
         run.signal(libc::SIGUSR1);
         run.expect_line("signal TERM");
         run.expect_exit(128 + libc::SIGUSR1);
-        assert!(!run.stdout().iter().any(|l| l == "signal USR1"), "{}", run.transcript());
+        assert!(
+            !run.stdout().iter().any(|l| l == "signal USR1"),
+            "{}",
+            run.transcript()
+        );
     }
 }
 
@@ -84,7 +102,16 @@ fn rewrite_maps_and_drops_signals() {
         let mut run = start(
             mode,
             &args(
-                &["-r", "USR1:USR2", "--rewrite", "HUP:DROP", "-r", "TERM:QUIT", "--drain-delay", "0"],
+                &[
+                    "-r",
+                    "USR1:USR2",
+                    "--rewrite",
+                    "HUP:DROP",
+                    "-r",
+                    "TERM:QUIT",
+                    "--drain-delay",
+                    "0",
+                ],
                 &["--exit-on", "QUIT"],
             ),
         );
@@ -96,21 +123,31 @@ fn rewrite_maps_and_drops_signals() {
         run.expect_line("signal QUIT");
         run.expect_exit(0);
         let out = run.stdout();
-        assert!(!out.iter().any(|l| l == "signal HUP" || l == "signal USR1" || l == "signal TERM"), "{out:?}");
+        assert!(
+            !out.iter()
+                .any(|l| l == "signal HUP" || l == "signal USR1" || l == "signal TERM"),
+            "{out:?}"
+        );
     }
 }
 
 #[test]
 fn sigint_is_forwarded_at_once_even_while_draining() {
     for mode in MODES {
-        let mut run = start(mode, &args(&["-v", "--drain-delay", "60s", "--grace", "90s"], &[]));
+        let mut run = start(
+            mode,
+            &args(&["-v", "--drain-delay", "60s", "--grace", "90s"], &[]),
+        );
         run.ready();
         run.signal(libc::SIGTERM);
         run.expect_log("draining");
         run.signal(libc::SIGINT);
         run.expect_line("signal INT");
         run.expect_exit(0);
-        assert!(!run.stdout().iter().any(|l| l == "signal TERM"), "TERM is still held by the drain");
+        assert!(
+            !run.stdout().iter().any(|l| l == "signal TERM"),
+            "TERM is still held by the drain"
+        );
     }
 }
 
@@ -122,9 +159,13 @@ fn job_control_signals_stop_the_app_and_sigcont_resumes_it() {
             run.ready();
             let app = run.app_pid();
             run.signal(stop);
-            wait_until("the app to stop", || (state(app) == Some('T')).then_some(()));
+            wait_until("the app to stop", || {
+                (state(app) == Some('T')).then_some(())
+            });
             run.signal(libc::SIGCONT);
-            wait_until("the app to resume", || matches!(state(app), Some('S' | 'R')).then_some(()));
+            wait_until("the app to resume", || {
+                matches!(state(app), Some('S' | 'R')).then_some(())
+            });
             run.signal(libc::SIGINT);
             run.expect_exit(0);
         }

@@ -104,7 +104,10 @@ pub fn start_with(mode: Mode, args: &[&str], tweak: impl FnOnce(&mut Command)) -
     let stdout = Lines::collect(child.stdout.take().unwrap());
     let stderr = match child.stderr.take() {
         Some(s) => Lines::collect(s),
-        None => Arc::new(Lines { lines: Mutex::new((vec![], true)), rung: Condvar::new() }),
+        None => Arc::new(Lines {
+            lines: Mutex::new((vec![], true)),
+            rung: Condvar::new(),
+        }),
     };
     let pid = match mode {
         Mode::Subreaper => child.id() as i32,
@@ -112,13 +115,21 @@ pub fn start_with(mode: Mode, args: &[&str], tweak: impl FnOnce(&mut Command)) -
             // Found by polling; a lifeguard that is already done leaves pid 0 (nothing
             // to signal, and `send` refuses it).
             let unshare = child.id() as i32;
-            wait_until("unshare's child to appear", || match children(unshare).first() {
-                Some(pid) => Some(*pid),
-                None => child.try_wait().ok().flatten().map(|_| 0),
+            wait_until("unshare's child to appear", || {
+                match children(unshare).first() {
+                    Some(pid) => Some(*pid),
+                    None => child.try_wait().ok().flatten().map(|_| 0),
+                }
             })
         }
     };
-    Run { mode, child, pid, stdout, stderr }
+    Run {
+        mode,
+        child,
+        pid,
+        stdout,
+        stderr,
+    }
 }
 
 /// Root is needed for PID namespaces and for cgroups; say so instead of passing.
@@ -198,7 +209,11 @@ impl Run {
     pub fn expect(&self, pred: impl Fn(&str) -> bool, what: &str) -> String {
         match self.stdout.wait(&pred, PATIENCE) {
             Some(line) => line,
-            None => panic!("[{:?}] no stdout line {what:?}\n{}", self.mode, self.transcript()),
+            None => panic!(
+                "[{:?}] no stdout line {what:?}\n{}",
+                self.mode,
+                self.transcript()
+            ),
         }
     }
 
@@ -206,7 +221,11 @@ impl Run {
     pub fn expect_log(&self, text: &str) -> String {
         match self.stderr.wait(&|l| l.contains(text), PATIENCE) {
             Some(line) => line,
-            None => panic!("[{:?}] no log line with {text:?}\n{}", self.mode, self.transcript()),
+            None => panic!(
+                "[{:?}] no log line with {text:?}\n{}",
+                self.mode,
+                self.transcript()
+            ),
         }
     }
 
@@ -238,7 +257,9 @@ impl Run {
 
     /// The app's pid as seen from the test (the direct child of lifeguard).
     pub fn app_pid(&self) -> i32 {
-        wait_until("the app to be spawned", || children(self.pid).first().copied())
+        wait_until("the app to be spawned", || {
+            children(self.pid).first().copied()
+        })
     }
 
     /// Waits for lifeguard to exit; its exit code (as unshare passes it on).
@@ -250,12 +271,19 @@ impl Run {
                 self.stdout.wait(&|_| false, Duration::from_secs(2));
                 self.stderr.wait(&|_| false, Duration::from_secs(2));
                 return status.code().unwrap_or_else(|| {
-                    panic!("lifeguard died by a signal: {status:?}\n{}", self.transcript())
+                    panic!(
+                        "lifeguard died by a signal: {status:?}\n{}",
+                        self.transcript()
+                    )
                 });
             }
             if Instant::now() > until {
                 let _ = self.child.kill();
-                panic!("[{:?}] lifeguard did not exit\n{}", self.mode, self.transcript());
+                panic!(
+                    "[{:?}] lifeguard did not exit\n{}",
+                    self.mode,
+                    self.transcript()
+                );
             }
             std::thread::sleep(Duration::from_millis(5));
         }
@@ -264,7 +292,13 @@ impl Run {
     /// Waits for the exit and checks the code.
     pub fn expect_exit(&mut self, code: i32) {
         let got = self.wait_exit();
-        assert_eq!(got, code, "[{:?}] exit code\n{}", self.mode, self.transcript());
+        assert_eq!(
+            got,
+            code,
+            "[{:?}] exit code\n{}",
+            self.mode,
+            self.transcript()
+        );
     }
 }
 

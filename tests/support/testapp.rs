@@ -40,7 +40,11 @@ fn main() {
         match arg.as_str() {
             "--exit-on" => {
                 let v = value();
-                exit_on = if v == "none" { vec![] } else { v.split(',').map(signal_number).collect() };
+                exit_on = if v == "none" {
+                    vec![]
+                } else {
+                    v.split(',').map(signal_number).collect()
+                };
             }
             "--code" => code = value().parse().unwrap(),
             "--linger" => linger = value().parse().unwrap(),
@@ -123,11 +127,26 @@ fn all_signals() -> libc::sigset_t {
 }
 
 const NAMES: &[(&str, i32)] = &[
-    ("HUP", libc::SIGHUP), ("INT", libc::SIGINT), ("QUIT", libc::SIGQUIT), ("ABRT", libc::SIGABRT),
-    ("USR1", libc::SIGUSR1), ("USR2", libc::SIGUSR2), ("PIPE", libc::SIGPIPE), ("ALRM", libc::SIGALRM),
-    ("TERM", libc::SIGTERM), ("CHLD", libc::SIGCHLD), ("CONT", libc::SIGCONT), ("TSTP", libc::SIGTSTP),
-    ("TTIN", libc::SIGTTIN), ("TTOU", libc::SIGTTOU), ("URG", libc::SIGURG), ("WINCH", libc::SIGWINCH),
-    ("PWR", libc::SIGPWR), ("SYS", libc::SIGSYS), ("TRAP", libc::SIGTRAP), ("XCPU", libc::SIGXCPU),
+    ("HUP", libc::SIGHUP),
+    ("INT", libc::SIGINT),
+    ("QUIT", libc::SIGQUIT),
+    ("ABRT", libc::SIGABRT),
+    ("USR1", libc::SIGUSR1),
+    ("USR2", libc::SIGUSR2),
+    ("PIPE", libc::SIGPIPE),
+    ("ALRM", libc::SIGALRM),
+    ("TERM", libc::SIGTERM),
+    ("CHLD", libc::SIGCHLD),
+    ("CONT", libc::SIGCONT),
+    ("TSTP", libc::SIGTSTP),
+    ("TTIN", libc::SIGTTIN),
+    ("TTOU", libc::SIGTTOU),
+    ("URG", libc::SIGURG),
+    ("WINCH", libc::SIGWINCH),
+    ("PWR", libc::SIGPWR),
+    ("SYS", libc::SIGSYS),
+    ("TRAP", libc::SIGTRAP),
+    ("XCPU", libc::SIGXCPU),
 ];
 
 fn signal_name(sig: i32) -> String {
@@ -215,7 +234,10 @@ fn spawn_daemon(mode: &str) {
             loop {
                 let sig = unsafe { libc::sigwaitinfo(&set, std::ptr::null_mut()) };
                 if sig == libc::SIGTERM {
-                    say(&format!("daemon signal TERM{}", if stubborn { " ignored" } else { "" }));
+                    say(&format!(
+                        "daemon signal TERM{}",
+                        if stubborn { " ignored" } else { "" }
+                    ));
                     if !stubborn {
                         unsafe { libc::_exit(0) };
                     }
