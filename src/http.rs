@@ -30,7 +30,6 @@ use crate::lifecycle::Phase;
 use crate::logging;
 use crate::signals;
 use crate::stats::Stats;
-use crate::supervisor::Status;
 
 /// Largest request head; hyper answers 431 beyond its read buffer.
 const MAX_HEAD: usize = 16 * 1024;
@@ -42,14 +41,14 @@ const MAX_CONNECTIONS: usize = 1024;
 /// What the handlers read; all of it is written elsewhere (supervisor, app check).
 #[derive(Clone)]
 pub struct Observed {
-    pub status: watch::Receiver<Status>,
+    pub phase: watch::Receiver<Phase>,
     pub check: watch::Receiver<AppCheck>,
     pub stats: Arc<Stats>,
 }
 
 impl Observed {
     fn readiness(&self) -> health::Verdict {
-        let phase = self.status.borrow().phase;
+        let phase = *self.phase.borrow();
         // A SIGTERM the loop has not read yet already counts (DESIGN §3: "at once").
         let term_pending = matches!(phase, Phase::Starting | Phase::Running)
             && kernel::signal_pending(signals::TERM);
@@ -118,10 +117,10 @@ fn respond(request: &Request<Incoming>, observed: &Observed) -> Response<Full<By
         return response;
     }
     match request.uri().path() {
-        "/livez" => verdict(health::liveness(observed.status.borrow().phase)),
+        "/livez" => verdict(health::liveness(*observed.phase.borrow())),
         "/readyz" => verdict(observed.readiness()),
         "/metrics" => {
-            let phase = observed.status.borrow().phase;
+            let phase = *observed.phase.borrow();
             let ready = observed.readiness().0 == 200;
             let draining = matches!(phase, Phase::Draining | Phase::Stopping);
             let mut response = text(

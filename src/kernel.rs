@@ -424,7 +424,10 @@ pub fn descendants() -> Vec<Descendant> {
         if stat.state == 'Z' {
             continue; // dead already; the reaper takes it
         }
-        found.push(Descendant { pid, pgid: stat.pgrp });
+        found.push(Descendant {
+            pid,
+            pgid: stat.pgrp,
+        });
         frontier.extend(children_of(pid).unwrap_or_default());
     }
     found

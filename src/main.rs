@@ -25,7 +25,7 @@ use tokio::sync::watch;
 use crate::cli::{Parsed, Settings};
 use crate::health::AppCheck;
 use crate::lifecycle::{Lifecycle, Phase};
-use crate::supervisor::{Status, Supervisor};
+use crate::supervisor::Supervisor;
 
 /// lifeguard failed before the app started (DESIGN §6).
 const EXIT_SETUP_FAILED: u8 = 125;
@@ -107,23 +107,19 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
     };
     logging::info("app started", &[("pid", &app_pid), ("command", &program)]);
 
-    let (status_tx, status_rx) = watch::channel(Status {
-        phase: Phase::Starting,
-        app_pid,
-    });
+    let (phase_tx, phase_rx) = watch::channel(Phase::Starting);
     let (check_tx, check_rx) = watch::channel(AppCheck::Pending);
     let stats = Arc::new(stats::Stats::default());
     let observed = http::Observed {
-        status: status_rx,
+        phase: phase_rx,
         check: check_rx.clone(),
         stats: stats.clone(),
     };
     let supervisor = Supervisor {
-        group: settings.lifecycle.group,
         lifecycle: Lifecycle::new(settings.lifecycle),
         app_pid,
         warn_on_reap: settings.warn_on_reap,
-        status: status_tx,
+        phase: phase_tx,
         app_check: check_rx,
         stats,
     };

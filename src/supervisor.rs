@@ -15,20 +15,13 @@ use crate::logging;
 use crate::signals::{self, Signal};
 use crate::stats::Stats;
 
-/// What the rest of lifeguard (the HTTP endpoint) may observe of supervision.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Status {
-    pub phase: Phase,
-    pub app_pid: i32,
-}
-
 pub struct Supervisor {
     pub lifecycle: Lifecycle,
+    /// The app's pid, which is also its process group's id: it was started with setsid.
     pub app_pid: i32,
-    /// Send to the app's process group (its pgid is its pid: it was started with setsid).
-    pub group: bool,
     pub warn_on_reap: bool,
-    pub status: watch::Sender<Status>,
+    /// The phase as the rest of lifeguard (the HTTP endpoint) observes it.
+    pub phase: watch::Sender<Phase>,
     /// The app check's verdicts; the first pass moves Starting → Running (DESIGN §3).
     pub app_check: watch::Receiver<AppCheck>,
     pub stats: Arc<Stats>,
@@ -189,15 +182,12 @@ impl Supervisor {
                 ],
             ),
         }
-        self.status.send_modify(|s| s.phase = after);
+        self.phase.send_replace(after);
     }
 
     fn forward(&mut self, signal: Signal, relay: bool) {
-        let target = if self.group {
-            -self.app_pid
-        } else {
-            self.app_pid
-        };
+        let group = self.lifecycle.config().group;
+        let target = if group { -self.app_pid } else { self.app_pid };
         let result = kernel::send(target, self.deliverable(signal));
         if result.is_ok() {
             self.stats.signal_forwarded(signal);
@@ -207,7 +197,7 @@ impl Supervisor {
         } else {
             "signal forwarded"
         };
-        let to = if self.group { "group" } else { "child" };
+        let to = if group { "group" } else { "child" };
         match result {
             Ok(()) => logging::info(
                 what,

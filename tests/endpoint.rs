@@ -56,6 +56,43 @@ fn listen_flag(port: u16) -> String {
     format!("127.0.0.1:{port}")
 }
 
+/// lifeguard (PID 1) with its endpoint on, supervising the testapp's web server, ready
+/// once the app's /health answers 2xx; waits until /readyz says ready.
+struct WebApp {
+    run: Run,
+    /// lifeguard's endpoint.
+    port: u16,
+    /// The app's own port.
+    app_port: u16,
+    /// The app check's URL.
+    url: String,
+}
+
+fn start_web_app(extra_flags: &[&str]) -> WebApp {
+    let (port, app_port) = (free_port(), free_port());
+    let listen = listen_flag(port);
+    let url = format!("http://127.0.0.1:{app_port}/health");
+    let app_port_text = app_port.to_string();
+    let mut flags = vec![
+        "--listen",
+        &listen,
+        "--ready-http",
+        &url,
+        "--ready-interval",
+        "100ms",
+    ];
+    flags.extend_from_slice(extra_flags);
+    let run = start(Mode::Pid1, &args(&flags, &["--http", &app_port_text]));
+    run.ready();
+    wait_for_answer(port, "/readyz", 200, "ready");
+    WebApp {
+        run,
+        port,
+        app_port,
+        url,
+    }
+}
+
 #[test]
 fn endpoints_answer_as_the_design_says() {
     let port = free_port();
@@ -160,27 +197,9 @@ fn readyz_says_starting_until_the_tcp_check_passes_then_follows_it() {
 
 #[test]
 fn readyz_follows_the_http_check_of_the_app() {
-    let port = free_port();
-    let app_port = free_port();
-    let listen = listen_flag(port);
-    let url = format!("http://127.0.0.1:{app_port}/health");
-    let app_port_text = app_port.to_string();
-    let mut run = start(
-        Mode::Pid1,
-        &args(
-            &[
-                "--listen",
-                &listen,
-                "--ready-http",
-                &url,
-                "--ready-interval",
-                "100ms",
-            ],
-            &["--http", &app_port_text],
-        ),
-    );
-    run.ready();
-    wait_for_answer(port, "/readyz", 200, "ready");
+    let WebApp {
+        mut run, port, url, ..
+    } = start_web_app(&[]);
     run.signal(libc::SIGUSR1); // the app's /health now answers 500
     let expected = format!("not ready: GET {url} answered 500");
     wait_for_answer(port, "/readyz", 503, &expected);
@@ -199,31 +218,12 @@ fn readyz_follows_the_http_check_of_the_app() {
 /// SIGTERM, a 2-second request in flight, a load balancer still sending requests.
 #[test]
 fn graceful_shutdown_behind_a_load_balancer() {
-    let port = free_port();
-    let app_port = free_port();
-    let listen = listen_flag(port);
-    let url = format!("http://127.0.0.1:{app_port}/health");
-    let app_port_text = app_port.to_string();
-    let mut run = start(
-        Mode::Pid1,
-        &args(
-            &[
-                "--listen",
-                &listen,
-                "--ready-http",
-                &url,
-                "--ready-interval",
-                "100ms",
-                "--drain-delay",
-                "1s",
-                "--grace",
-                "10s",
-            ],
-            &["--http", &app_port_text],
-        ),
-    );
-    run.ready();
-    wait_for_answer(port, "/readyz", 200, "ready");
+    let WebApp {
+        mut run,
+        port,
+        app_port,
+        ..
+    } = start_web_app(&["--drain-delay", "1s", "--grace", "10s"]);
 
     let started = Instant::now();
     let in_flight =

@@ -29,13 +29,7 @@ fn sigterm_is_held_for_the_drain_delay_then_relayed() {
 #[test]
 fn a_second_sigterm_cuts_the_drain_short() {
     for mode in MODES {
-        let mut run = start(
-            mode,
-            &args(&["-v", "--drain-delay", "60s", "--grace", "90s"], &[]),
-        );
-        run.ready();
-        run.signal(libc::SIGTERM);
-        run.expect_log("draining");
+        let mut run = start_draining(mode);
         run.signal(libc::SIGTERM);
         run.expect_line("signal TERM");
         run.expect_exit(0);

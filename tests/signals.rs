@@ -134,13 +134,7 @@ fn rewrite_maps_and_drops_signals() {
 #[test]
 fn sigint_is_forwarded_at_once_even_while_draining() {
     for mode in MODES {
-        let mut run = start(
-            mode,
-            &args(&["-v", "--drain-delay", "60s", "--grace", "90s"], &[]),
-        );
-        run.ready();
-        run.signal(libc::SIGTERM);
-        run.expect_log("draining");
+        let mut run = start_draining(mode);
         run.signal(libc::SIGINT);
         run.expect_line("signal INT");
         run.expect_exit(0);

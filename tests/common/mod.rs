@@ -320,6 +320,19 @@ impl Drop for Run {
     }
 }
 
+/// A run of the default testapp that has received SIGTERM and is held in a long drain
+/// (60 s), which the test then cuts short its own way.
+pub fn start_draining(mode: Mode) -> Run {
+    let run = start(
+        mode,
+        &args(&["-v", "--drain-delay", "60s", "--grace", "90s"], &[]),
+    );
+    run.ready();
+    run.signal(libc::SIGTERM);
+    run.expect_log("draining");
+    run
+}
+
 /// A pipe's writing end whose reading end is already closed: every write to it fails
 /// with EPIPE (and raises SIGPIPE in the writer).
 pub fn broken_pipe() -> Stdio {
