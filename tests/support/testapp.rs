@@ -61,18 +61,25 @@ fn main() {
     if report {
         report_inherited();
     }
-    // Every signal but the job-control ones is taken synchronously with sigwaitinfo, so
-    // none is lost and each is printed once, in order. TSTP/TTIN/TTOU/CONT keep their
-    // default actions so that they really stop and resume the app.
-    let mut waited = all_signals();
+    // Every signal but the job-control ones stays blocked and is read from a signalfd, so
+    // none is lost and each is printed once, in order. (Not sigwaitinfo: while a process
+    // waits in it the kernel shows the waited signals as unblocked in /proc, and
+    // lifeguard reads SigBlk to decide how to pass TSTP on.) TSTP/TTIN/TTOU/CONT keep
+    // their default actions so that they really stop and resume the app.
+    use nix::sys::signal::{SigSet, Signal};
+    let mut waited = SigSet::all();
     if !ignore_stop {
-        for sig in [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU, libc::SIGCONT] {
-            // SAFETY: the set was initialised by all_signals.
-            unsafe { libc::sigdelset(&mut waited, sig) };
+        for sig in [
+            Signal::SIGTSTP,
+            Signal::SIGTTIN,
+            Signal::SIGTTOU,
+            Signal::SIGCONT,
+        ] {
+            waited.remove(sig);
         }
     }
-    // SAFETY: a valid, initialised set; no old set is requested.
-    unsafe { libc::sigprocmask(libc::SIG_BLOCK, &waited, std::ptr::null_mut()) };
+    waited.thread_block().expect("testapp: block signals");
+    let inbox = nix::sys::signalfd::SignalFd::new(&waited).expect("testapp: signalfd");
 
     if let Some(mode) = daemon {
         spawn_daemon(&mode);
@@ -86,12 +93,10 @@ fn main() {
         std::process::exit(n);
     }
     loop {
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: valid set and out-pointer.
-        let sig = unsafe { libc::sigwaitinfo(&waited, &mut info) };
-        if sig < 0 {
+        let Ok(Some(info)) = inbox.read_signal() else {
             continue;
-        }
+        };
+        let sig = info.ssi_signo as i32;
         say(&format!("signal {}", signal_name(sig)));
         if let Some(server) = &server {
             if sig == libc::SIGUSR1 {
