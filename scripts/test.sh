@@ -25,4 +25,15 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 command -v cargo >/dev/null 2>&1 || { echo "scripts/test.sh: cargo (rustup) is required" >&2; exit 1; }
 
+# The container tests build lifeguard and the test app as static musl binaries and run
+# them in FROM-scratch images on the local Docker engine.
+if ! rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then
+  rustup target add x86_64-unknown-linux-musl
+fi
+if ! docker info >/dev/null 2>&1 && command -v dockerd >/dev/null 2>&1; then
+  echo "scripts/test.sh: starting the Docker engine"
+  (dockerd >/tmp/lifeguard-dockerd.log 2>&1 &)
+  for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
+fi
+
 cargo test --locked "$@"
