@@ -274,14 +274,23 @@ fn truthy(value: Option<String>) -> bool {
     value.is_some_and(|v| !matches!(v.trim(), "" | "0" | "false" | "no" | "off"))
 }
 
-/// `500ms`, `5s`, `2m`, `1h30m`, or a plain number of seconds (`0.5`, `10`).
+/// The longest duration accepted anywhere: far beyond any orchestrator's grace period.
+const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// `500ms`, `5s`, `2m`, `1h30m`, or a plain number of seconds (`0.5`, `10`), up to a year.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let trimmed = text.trim();
-    if let Ok(secs) = trimmed.parse::<f64>() {
-        return Duration::try_from_secs_f64(secs)
-            .map_err(|_| format!("'{text}' is not {DURATION_FORM}"));
+    let parsed = match trimmed.parse::<f64>() {
+        Ok(secs) => Duration::try_from_secs_f64(secs).ok(),
+        Err(_) => humantime::parse_duration(trimmed).ok(),
+    };
+    match parsed {
+        Some(d) if d <= MAX_DURATION => Ok(d),
+        Some(_) => Err(format!(
+            "'{text}' is longer than a year: expected {DURATION_FORM}"
+        )),
+        None => Err(format!("'{text}' is not {DURATION_FORM}")),
     }
-    humantime::parse_duration(trimmed).map_err(|_| format!("'{text}' is not {DURATION_FORM}"))
 }
 
 fn parse_positive_duration(text: &str) -> Result<Duration, String> {
@@ -491,6 +500,12 @@ mod tests {
             .unwrap_err()
             .contains("500ms, 5s, 2m"));
         assert!(parse_duration("-1").is_err());
+        assert!(parse_duration("1e19")
+            .unwrap_err()
+            .contains("longer than a year"));
+        assert!(parse_duration("400d")
+            .unwrap_err()
+            .contains("longer than a year"));
     }
 
     #[test]

@@ -60,7 +60,7 @@ pub fn metrics(ready: bool, draining: bool, stats: &Stats) -> String {
     family(
         "lifeguard_draining",
         "gauge",
-        "1 from the SIGTERM until lifeguard exits.",
+        "1 from the instant SIGTERM arrives until the app has exited.",
         &[(String::new(), draining as u64)],
     );
     let forwarded: Vec<(String, u64)> = stats

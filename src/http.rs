@@ -8,7 +8,8 @@
 //!
 //! Limits, so a slow or hostile client costs a socket and nothing else: a request head
 //! of at most 16 KiB (431 and close), 5 s to send it, idle keep-alive closed after 5 s,
-//! at most 1024 connections (the least recently active one makes room for a new one).
+//! at most 1024 connections (the least recently active one makes room for a new one;
+//! fewer when the descriptor limit is lower, and running out of descriptors evicts too).
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
@@ -36,7 +37,7 @@ const MAX_HEAD: usize = 16 * 1024;
 /// Time to send a request head, which is also how long a keep-alive connection may sit
 /// idle: hyper starts this timer whenever it waits for a head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
-const MAX_CONNECTIONS: usize = 1024;
+pub const MAX_CONNECTIONS: usize = 1024;
 
 /// What the handlers read; all of it is written elsewhere (supervisor, app check).
 #[derive(Clone)]
@@ -56,17 +57,20 @@ impl Observed {
     }
 }
 
-/// Accepts connections until the runtime stops.
-pub async fn serve(listener: TcpListener, observed: Observed) {
-    let registry = Arc::new(Mutex::new(Registry::default()));
+/// Accepts connections until the runtime stops; at most `cap` at once.
+pub async fn serve(listener: TcpListener, observed: Observed, cap: usize) {
+    let registry = Arc::new(Mutex::new(Registry::new(cap)));
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,
             Err(err) => {
-                // EMFILE and friends: back off instead of spinning; connections already
-                // open keep being served.
+                // Out of descriptors (EMFILE/ENFILE) despite the cap: make room as the
+                // cap would, then retry after a moment instead of spinning.
                 logging::debug(format!("accept failed: {err}"), &[]);
-                tokio::time::sleep(Duration::from_millis(50)).await;
+                if matches!(err.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
+                    registry.lock().expect("registry lock").evict_oldest();
+                }
+                tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
         };
@@ -122,7 +126,9 @@ fn respond(request: &Request<Incoming>, observed: &Observed) -> Response<Full<By
         "/metrics" => {
             let phase = *observed.phase.borrow();
             let ready = observed.readiness().0 == 200;
-            let draining = matches!(phase, Phase::Draining | Phase::Stopping);
+            let draining = matches!(phase, Phase::Draining | Phase::Stopping)
+                || (matches!(phase, Phase::Starting | Phase::Running)
+                    && kernel::signal_pending(signals::TERM));
             let mut response = text(
                 StatusCode::OK,
                 health::metrics(ready, draining, &observed.stats),
@@ -156,8 +162,8 @@ fn text(status: StatusCode, mut body: String) -> Response<Full<Bytes>> {
 }
 
 /// Open connections, to cap their number.
-#[derive(Default)]
 struct Registry {
+    cap: usize,
     next_id: u64,
     conns: HashMap<u64, Conn>,
 }
@@ -168,20 +174,18 @@ struct Conn {
 }
 
 impl Registry {
+    fn new(cap: usize) -> Self {
+        Registry {
+            cap: cap.max(1),
+            next_id: 0,
+            conns: HashMap::new(),
+        }
+    }
+
     /// Registers a new connection; at the cap, first evicts the least recently active.
     fn admit(&mut self) -> (u64, Arc<Notify>) {
-        if self.conns.len() >= MAX_CONNECTIONS {
-            if let Some(oldest) = self
-                .conns
-                .iter()
-                .min_by_key(|(_, c)| c.last_active)
-                .map(|(id, _)| *id)
-            {
-                if let Some(conn) = self.conns.remove(&oldest) {
-                    // notify_one keeps a permit if the task is not waiting yet.
-                    conn.close.notify_one();
-                }
-            }
+        if self.conns.len() >= self.cap {
+            self.evict_oldest();
         }
         self.next_id += 1;
         let close = Arc::new(Notify::new());
@@ -194,6 +198,19 @@ impl Registry {
         );
         (self.next_id, close)
     }
+
+    /// Tells the least recently active connection to close, and forgets it.
+    fn evict_oldest(&mut self) {
+        let oldest = self
+            .conns
+            .iter()
+            .min_by_key(|(_, c)| c.last_active)
+            .map(|(id, _)| *id);
+        if let Some(conn) = oldest.and_then(|id| self.conns.remove(&id)) {
+            // notify_one keeps a permit if the task is not waiting yet.
+            conn.close.notify_one();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -202,7 +219,7 @@ mod tests {
 
     #[test]
     fn the_least_recently_active_connection_makes_room() {
-        let mut registry = Registry::default();
+        let mut registry = Registry::new(MAX_CONNECTIONS);
         let mut closers = Vec::new();
         for _ in 0..MAX_CONNECTIONS {
             closers.push(registry.admit());

@@ -5,13 +5,10 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::{AsRawFd, RawFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-
-use nix::sys::signal::{SigSet, SigmaskHow};
-use nix::sys::signalfd::{SfdFlags, SignalFd};
 
 use crate::lifecycle::AppStatus;
 use crate::signals::{self, Signal};
@@ -28,34 +25,71 @@ static INHERITED_CAPTURED: AtomicBool = AtomicBool::new(false);
 /// the only moment the ignored set lifeguard inherited can still be read (DESIGN §3: the
 /// app gets the mask and ignored set lifeguard was started with, as under tini).
 extern "C" fn capture_inherited_signal_state() {
-    let mut mask = 0u64;
+    // The kernel's own view, reserved real-time signals included (libc hides those).
+    let mask = kernel_mask(libc::SIG_BLOCK, 0).unwrap_or(0);
     let mut ignored = 0u64;
-    // SAFETY: sigset_t is plain data that sigemptyset initialises; pthread_sigmask with a
-    // null new set only reads the current mask into `current`.
-    unsafe {
-        let mut current: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut current);
-        if libc::pthread_sigmask(libc::SIG_SETMASK, std::ptr::null(), &mut current) == 0 {
-            for n in 1..=signals::MAX {
-                if libc::sigismember(&current, n) == 1 {
-                    mask |= 1 << (n - 1);
-                }
-            }
-        }
-    }
     for n in 1..=signals::MAX {
-        // SAFETY: a query only: the new action is null, `old` is written by the kernel.
-        let disposition = unsafe {
-            let mut old: libc::sigaction = std::mem::zeroed();
-            (libc::sigaction(n, std::ptr::null(), &mut old) == 0).then_some(old.sa_sigaction)
-        };
-        if disposition == Some(libc::SIG_IGN) {
-            ignored |= 1 << (n - 1);
+        if disposition(n) == Some(libc::SIG_IGN) {
+            ignored |= bit(n);
         }
     }
     INHERITED_MASK.store(mask, Ordering::Relaxed);
     INHERITED_IGNORED.store(ignored, Ordering::Relaxed);
     INHERITED_CAPTURED.store(true, Ordering::Relaxed);
+}
+
+/// The kernel's `struct sigaction` for rt_sigaction on x86_64.
+#[repr(C)]
+struct KernelSigaction {
+    handler: libc::sighandler_t,
+    flags: libc::c_ulong,
+    restorer: usize,
+    mask: KernelSigset,
+}
+
+/// The current disposition of signal `n` (SIG_DFL, SIG_IGN or a handler), asked of the
+/// kernel directly: libc refuses to report the signals it reserves, and glibc installs a
+/// handler on one of them, so only the raw call sees what lifeguard inherited.
+fn disposition(n: i32) -> Option<libc::sighandler_t> {
+    let mut old = KernelSigaction {
+        handler: 0,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    // SAFETY: a query only: the new action is null, `old` is a live struct of the
+    // kernel's layout, and 8 is the kernel's sigset size.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigaction,
+            n,
+            std::ptr::null::<KernelSigaction>(),
+            &mut old as *mut KernelSigaction,
+            8,
+        )
+    };
+    (rc == 0).then_some(old.handler)
+}
+
+/// Sets signal `n` to SIG_DFL or SIG_IGN with the raw call (async-signal-safe, and not
+/// refused for the reserved signals). Neither needs a restorer.
+fn set_disposition(n: i32, handler: libc::sighandler_t) {
+    let new = KernelSigaction {
+        handler,
+        flags: 0,
+        restorer: 0,
+        mask: 0,
+    };
+    // SAFETY: `new` is a live struct of the kernel's layout; no old action is asked for.
+    unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigaction,
+            n,
+            &new as *const KernelSigaction,
+            std::ptr::null_mut::<KernelSigaction>(),
+            8,
+        );
+    }
 }
 
 #[used]
@@ -84,12 +118,50 @@ pub struct Received {
     pub sender: i32,
 }
 
+/// Signal sets as the kernel takes them (`rt_sigprocmask`, `signalfd4`): bit N-1 for
+/// signal N, all 64 of them. libc's `sigset_t` calls leave out the real-time signals the
+/// C library keeps for itself (32-34 on musl, 32-33 on glibc), and a signal left out of
+/// the mask keeps its default action: `kill -34` would end lifeguard and orphan the app.
+/// lifeguard uses none of the libc features those signals serve (thread cancellation,
+/// set*id across threads, SIGEV_THREAD timers), so it blocks and forwards them too.
+pub type KernelSigset = u64;
+
+pub const fn bit(signal: i32) -> KernelSigset {
+    1 << (signal - 1)
+}
+
+/// Every signal but KILL and STOP, which cannot be blocked.
+const EVERY_SIGNAL: KernelSigset = !(bit(libc::SIGKILL) | bit(libc::SIGSTOP));
+
+/// rt_sigprocmask(how, set) on the calling thread; returns the previous mask. With
+/// `how` = SIG_BLOCK and an empty set it only reads. A raw system call: it is also made
+/// between fork and exec, and it must not filter the reserved signals as libc does.
+fn kernel_mask(how: libc::c_int, set: KernelSigset) -> io::Result<KernelSigset> {
+    let mut old: KernelSigset = 0;
+    // SAFETY: both pointers are to live u64s, and the size passed is 8, the kernel's
+    // sigset size on Linux.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigprocmask,
+            how,
+            &set as *const KernelSigset,
+            &mut old as *mut KernelSigset,
+            8,
+        )
+    };
+    if rc == 0 {
+        Ok(old)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Every signal is blocked and read from a signalfd instead of running a handler: blocked
 /// signals are queued even for PID 1 (which the kernel otherwise spares signals it has
 /// no handler for), real-time signals queue one entry per send, and the reading happens
 /// in the one supervision loop.
 pub struct SignalInbox {
-    fd: SignalFd,
+    fd: OwnedFd,
 }
 
 impl SignalInbox {
@@ -97,42 +169,97 @@ impl SignalInbox {
     /// the signalfd. Must run before any thread exists: a thread started earlier would
     /// keep the default dispositions and could take a signal meant for the app.
     pub fn block_all() -> io::Result<SignalInbox> {
-        let all = SigSet::all();
-        nix::sys::signal::pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&all), None)?;
-        let fd = SignalFd::with_flags(&all, SfdFlags::SFD_NONBLOCK | SfdFlags::SFD_CLOEXEC)?;
+        kernel_mask(libc::SIG_SETMASK, EVERY_SIGNAL)?;
+        let set = EVERY_SIGNAL;
+        // SAFETY: signalfd4 reads 8 bytes of `set`; -1 asks for a new descriptor.
+        let fd = unsafe {
+            libc::syscall(
+                libc::SYS_signalfd4,
+                -1,
+                &set as *const KernelSigset,
+                8,
+                libc::SFD_NONBLOCK | libc::SFD_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: a fresh descriptor that nothing else owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
         Ok(SignalInbox { fd })
     }
 
     /// Everything pending now; empty when nothing is.
     pub fn take_all(&mut self) -> io::Result<Vec<Received>> {
+        const RECORD: usize = std::mem::size_of::<libc::signalfd_siginfo>();
         let mut out = Vec::new();
-        while let Some(info) = self.fd.read_signal()? {
-            out.push(Received {
+        // SAFETY: signalfd_siginfo is plain integers, valid when zeroed.
+        let mut records: [libc::signalfd_siginfo; 16] = unsafe { std::mem::zeroed() };
+        loop {
+            // SAFETY: reads at most the size of `records` into it; the kernel writes
+            // whole records only.
+            let n = unsafe {
+                libc::read(
+                    self.fd.as_raw_fd(),
+                    records.as_mut_ptr().cast(),
+                    RECORD * records.len(),
+                )
+            };
+            if n < 0 {
+                let err = io::Error::last_os_error();
+                return match err.kind() {
+                    io::ErrorKind::WouldBlock => Ok(out),
+                    io::ErrorKind::Interrupted => continue,
+                    _ => Err(err),
+                };
+            }
+            let count = n as usize / RECORD;
+            out.extend(records[..count].iter().map(|info| Received {
                 signal: Signal(info.ssi_signo as i32),
                 sender: info.ssi_pid as i32,
-            });
+            }));
+            if count < records.len() {
+                return Ok(out);
+            }
         }
-        Ok(out)
     }
 
     /// Throws away pending instances of `signals` (the SIGHUP and SIGCONT the kernel sends
     /// when lifeguard gives up the terminal, which must not reach the app: dumb-init #136).
     fn discard(&self, signals: &[Signal]) {
-        let set = raw_sigset(signals.iter().copied());
+        let set: KernelSigset = signals.iter().fold(0, |set, s| set | bit(s.0));
         let zero = libc::timespec {
             tv_sec: 0,
             tv_nsec: 0,
         };
-        // SAFETY: `set` is a valid initialised sigset; a null siginfo is allowed; the
-        // timeout is zero so the call never blocks.
-        while unsafe { libc::sigtimedwait(&set, std::ptr::null_mut(), &zero) } > 0 {}
+        // SAFETY: pointers to the live set and zero timeout (so it never blocks); a null
+        // siginfo is allowed.
+        while unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigtimedwait,
+                &set as *const KernelSigset,
+                std::ptr::null_mut::<libc::siginfo_t>(),
+                &zero as *const libc::timespec,
+                8,
+            )
+        } > 0
+        {}
     }
+}
+
+/// Blocks every signal in the calling thread again. The C library unblocks the signals
+/// it reserves when the process starts its first thread (musl and glibc both do, in
+/// pthread_create), and a thread that does not block a signal may be the one the kernel
+/// delivers it to, with its default action: so the first thread, and the thread that
+/// started it, call this at once.
+pub fn reblock_every_signal() {
+    let _ = kernel_mask(libc::SIG_SETMASK, EVERY_SIGNAL);
 }
 
 impl SignalInbox {
     /// Hands the inbox to the runtime's reactor so the loop can await it.
     pub fn into_async(self) -> io::Result<tokio::io::unix::AsyncFd<SignalInbox>> {
-        // SAFETY: the SignalFd owns its descriptor, so it stays open and the same for as
+        // SAFETY: the inbox owns its descriptor, so it stays open and the same for as
         // long as the AsyncFd owns the inbox, and as_raw_fd always returns it.
         unsafe {
             tokio::io::unix::AsyncFd::register_with_interest(self, tokio::io::Interest::READABLE)
@@ -147,28 +274,18 @@ impl AsRawFd for SignalInbox {
     }
 }
 
-/// A C `sigset_t` holding exactly `signals`.
-fn raw_sigset(signals: impl IntoIterator<Item = Signal>) -> libc::sigset_t {
-    // SAFETY: sigemptyset initialises the zeroed set; sigaddset flips one bit and
-    // rejects out-of-range numbers with EINVAL, which cannot happen for 1..=64.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        for sig in signals {
-            libc::sigaddset(&mut set, sig.0);
-        }
-        set
-    }
-}
-
 /// Whether `signal` has arrived and waits in the inbox, not yet read by the loop.
 pub fn signal_pending(signal: Signal) -> bool {
-    // SAFETY: sigpending writes the pending set into the initialised `set`.
-    unsafe {
-        let mut set: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut set);
-        libc::sigpending(&mut set) == 0 && libc::sigismember(&set, signal.0) == 1
-    }
+    let mut pending: KernelSigset = 0;
+    // SAFETY: writes 8 bytes into `pending`.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_rt_sigpending,
+            &mut pending as *mut KernelSigset,
+            8,
+        )
+    };
+    rc == 0 && pending & bit(signal.0) != 0
 }
 
 // ---------------------------------------------------------------------------------------
@@ -177,27 +294,52 @@ pub fn signal_pending(signal: Signal) -> bool {
 /// The descriptor limit lifeguard was started with, when it raised its own.
 static INHERITED_NOFILE: std::sync::OnceLock<libc::rlimit> = std::sync::OnceLock::new();
 
+/// prlimit64 on lifeguard itself (pid 0): sets `new` if given, returns the old limit.
+/// The raw system call, because it is also made between fork and exec, where only
+/// async-signal-safe code may run (musl's setrlimit signals every thread).
+fn descriptor_limit(new: Option<&libc::rlimit>) -> io::Result<libc::rlimit> {
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    let new_ptr = new.map_or(std::ptr::null(), |n| n as *const libc::rlimit);
+    // SAFETY: pointers to live rlimit structs (or null for "no change").
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_prlimit64,
+            0,
+            libc::RLIMIT_NOFILE,
+            new_ptr,
+            &mut old as *mut libc::rlimit,
+        )
+    };
+    if rc == 0 {
+        Ok(old)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Raises lifeguard's soft descriptor limit to at least `wanted` (within the hard
 /// limit): the endpoint may hold 1024 connections and the common soft limit is 1024.
-/// The app gets the original limit back (`spawn_app`).
-pub fn raise_descriptor_limit(wanted: u64) {
-    let Ok((soft, hard)) =
-        nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
-    else {
-        return;
+/// The app gets the original limit back (`spawn_app`). Returns the soft limit now.
+pub fn raise_descriptor_limit(wanted: u64) -> u64 {
+    let Ok(original) = descriptor_limit(None) else {
+        return wanted;
     };
-    let target = wanted.min(hard);
-    if soft >= target {
-        return;
+    let target = wanted.min(original.rlim_max);
+    if original.rlim_cur >= target {
+        return original.rlim_cur;
     }
-    if nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE, target, hard)
-        .is_ok()
-    {
-        let _ = INHERITED_NOFILE.set(libc::rlimit {
-            rlim_cur: soft,
-            rlim_max: hard,
-        });
+    let raised = libc::rlimit {
+        rlim_cur: target,
+        rlim_max: original.rlim_max,
+    };
+    if descriptor_limit(Some(&raised)).is_ok() {
+        let _ = INHERITED_NOFILE.set(original);
+        return target;
     }
+    original.rlim_cur
 }
 
 pub fn own_pid() -> i32 {
@@ -276,20 +418,35 @@ pub fn release_terminal(inbox: &SignalInbox) -> bool {
 /// code that waits.
 pub fn spawn_app(command: &[OsString], take_terminal: bool) -> io::Result<i32> {
     let (mask_bits, ignored_bits) = inherited_signal_state();
+    // Dispositions put back as inherited: Rust's start-up ignores SIGPIPE and its spawn
+    // resets it, and the C library may install handlers (which exec turns into SIG_DFL)
+    // on signals lifeguard inherited ignored. Computed before the fork: the child only
+    // makes system calls.
+    let restore: Vec<(i32, libc::sighandler_t)> = (1..=signals::MAX)
+        .filter(|&n| n != libc::SIGKILL && n != libc::SIGSTOP)
+        .filter_map(|n| {
+            let was_ignored = ignored_bits & bit(n) != 0;
+            let is_ignored = disposition(n)? == libc::SIG_IGN;
+            // Inherited-ignored ones always: std's spawn resets SIGPIPE before our code.
+            (was_ignored || is_ignored).then_some((
+                n,
+                if was_ignored {
+                    libc::SIG_IGN
+                } else {
+                    libc::SIG_DFL
+                },
+            ))
+        })
+        .collect();
     let nofile = INHERITED_NOFILE.get().copied();
-    let mask = raw_sigset(
-        (1..=signals::MAX)
-            .filter(|n| mask_bits & (1 << (n - 1)) != 0)
-            .map(Signal),
-    );
     let mut cmd = Command::new(&command[0]);
     cmd.args(&command[1..])
         .stdin(Stdio::inherit())
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit());
     // SAFETY: the closure runs between fork and exec in the child, where only
-    // async-signal-safe calls are allowed: setsid, ioctl, sigaction, sigprocmask
-    // and setrlimit are, and it allocates nothing (the mask was built before the fork).
+    // async-signal-safe calls are allowed: setsid, ioctl and raw system calls are, and
+    // it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             if libc::setsid() < 0 {
@@ -299,24 +456,14 @@ pub fn spawn_app(command: &[OsString], take_terminal: bool) -> io::Result<i32> {
                 // Failure only costs job control; the app still runs (as dumb-init).
                 libc::ioctl(0, libc::TIOCSCTTY, 0);
             }
-            for n in 1..=signals::MAX {
-                if n == libc::SIGKILL || n == libc::SIGSTOP {
-                    continue;
-                }
-                let disposition = if ignored_bits & (1 << (n - 1)) != 0 {
-                    libc::SIG_IGN
-                } else {
-                    libc::SIG_DFL
-                };
-                // Errors are for numbers the C library reserves; nothing to restore.
-                libc::signal(n, disposition);
+            for &(n, handler) in &restore {
+                set_disposition(n, handler);
             }
             if let Some(limit) = &nofile {
-                libc::setrlimit(libc::RLIMIT_NOFILE, limit);
+                descriptor_limit(Some(limit))?;
             }
-            if libc::pthread_sigmask(libc::SIG_SETMASK, &mask, std::ptr::null_mut()) != 0 {
-                return Err(io::Error::last_os_error());
-            }
+            // Last: from here on the app's own mask applies.
+            kernel_mask(libc::SIG_SETMASK, mask_bits)?;
             Ok(())
         });
     }
@@ -418,12 +565,12 @@ pub fn descendants() -> Vec<Descendant> {
     };
     let mut found = Vec::new();
     while let Some(pid) = frontier.pop() {
+        // Zombies stay in: a process whose main thread has exited shows as a zombie
+        // while its other threads still run, and must be killed too (a signal to a real
+        // zombie is harmless).
         let Ok(stat) = procfs::process::Process::new(pid).and_then(|p| p.stat()) else {
             continue; // gone meanwhile
         };
-        if stat.state == 'Z' {
-            continue; // dead already; the reaper takes it
-        }
         found.push(Descendant {
             pid,
             pgid: stat.pgrp,
@@ -454,7 +601,6 @@ fn descendants_by_scan(me: i32) -> Vec<Descendant> {
     };
     let table: Vec<(i32, i32, i32)> = all
         .filter_map(|p| p.ok()?.stat().ok())
-        .filter(|s| s.state != 'Z')
         .map(|s| (s.pid, s.ppid, s.pgrp))
         .collect();
     let mut found = Vec::new();

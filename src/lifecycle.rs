@@ -11,6 +11,14 @@ use crate::signals::{Rewrites, Signal, KILL, TERM};
 /// hang after the app is gone.
 pub const KILL_WAIT: Duration = Duration::from_secs(2);
 
+/// `now + d`, saturating instead of panicking: a deadline beyond the clock's range is
+/// as good as never (the CLI caps durations, this keeps PID 1 from ever panicking).
+fn after(now: Instant, d: Duration) -> Instant {
+    now.checked_add(d)
+        .or_else(|| now.checked_add(Duration::from_secs(u32::MAX as u64)))
+        .unwrap_or(now)
+}
+
 #[derive(Clone, Debug)]
 pub struct Config {
     pub drain_delay: Duration,
@@ -166,9 +174,9 @@ impl Lifecycle {
     fn on_term(&mut self, now: Instant, actions: &mut Vec<Action>) {
         match self.state {
             State::Starting | State::Running => {
-                let kill_at = now + self.config.grace;
+                let kill_at = after(now, self.config.grace);
                 self.state = State::Draining {
-                    relay_at: now + self.config.drain_delay,
+                    relay_at: after(now, self.config.drain_delay),
                     kill_at,
                 };
                 // A zero drain relays in `advance`, in this same step.
@@ -189,7 +197,7 @@ impl Lifecycle {
             code
         };
         let (kill_at, killed, stop_relayed) = match self.state {
-            State::Starting | State::Running => (now + self.config.grace, false, false),
+            State::Starting | State::Running => (after(now, self.config.grace), false, false),
             State::Draining { kill_at, .. } => (kill_at, false, false),
             State::Stopping { kill_at, killed } => (kill_at, killed, true),
             State::Reaping { .. } | State::Exited(_) => return,
@@ -237,7 +245,7 @@ impl Lifecycle {
                 State::Stopping { killed: false, .. } => {
                     actions.push(Action::KillAll);
                     self.state = State::Stopping {
-                        kill_at: due.max(now) + KILL_WAIT,
+                        kill_at: after(due.max(now), KILL_WAIT),
                         killed: true,
                     };
                 }
@@ -260,7 +268,7 @@ impl Lifecycle {
                     actions.push(Action::KillAll);
                     self.state = State::Reaping {
                         code,
-                        kill_at: now + KILL_WAIT,
+                        kill_at: after(now, KILL_WAIT),
                         killed: true,
                         stop_relayed,
                     };
@@ -614,6 +622,21 @@ mod tests {
                 (1.0, AppReady, vec![], Phase::Running, None),
             ],
         );
+    }
+
+    #[test]
+    fn huge_durations_never_panic() {
+        let mut cfg = config();
+        cfg.grace = Duration::MAX;
+        cfg.drain_delay = Duration::MAX / 2;
+        let mut machine = Lifecycle::new(cfg);
+        let now = Instant::now();
+        assert_eq!(machine.on(Event::Signal(TERM), now), vec![]);
+        assert_eq!(
+            machine.on(AppExited(AppStatus::Exited(0)), now),
+            vec![remaining(false)]
+        );
+        assert!(machine.deadline().unwrap() > now + Duration::from_secs(86400 * 365));
     }
 
     #[test]

@@ -1,12 +1,15 @@
 //! lifeguard's own log lines on stderr (DESIGN §7): `lifeguard: ...` text or one JSON
-//! object per line. A failed write (closed stderr, broken pipe) is dropped silently:
-//! logging must never stop supervision.
+//! object per line. Once supervision starts, lines go through a bounded queue to a
+//! writer thread: a stalled stderr (a blocking log driver) then costs log lines, never
+//! a delayed signal or deadline. A failed write (closed stderr) is dropped silently.
 #![forbid(unsafe_code)]
 
 use std::fmt::{self, Display, Write as _};
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::time::SystemTime;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::OnceLock;
+use std::time::{Duration, SystemTime};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
@@ -49,6 +52,79 @@ pub enum Format {
 
 static LEVEL: AtomicU8 = AtomicU8::new(Level::Warn as u8);
 static JSON: AtomicBool = AtomicBool::new(false);
+/// Lines waiting for the writer thread, once it runs.
+static QUEUE: OnceLock<SyncSender<Message>> = OnceLock::new();
+/// Lines thrown away because the queue was full.
+static DROPPED: AtomicU64 = AtomicU64::new(0);
+const QUEUE_LINES: usize = 1024;
+
+enum Message {
+    Line(String),
+    /// Answered once every line queued before it has been written.
+    Flush(mpsc::Sender<()>),
+}
+
+/// Starts the writer thread. Call it after signals are blocked: the thread inherits the
+/// mask and must never take a signal meant for the app.
+pub fn start_writer() {
+    let (tx, rx) = mpsc::sync_channel::<Message>(QUEUE_LINES);
+    let spawned = std::thread::Builder::new().name("log".into()).spawn(move || {
+        crate::kernel::reblock_every_signal();
+        for message in rx {
+            match message {
+                Message::Line(line) => write_stderr(&line),
+                Message::Flush(done) => {
+                    let _ = done.send(());
+                }
+            }
+            let dropped = DROPPED.swap(0, Ordering::Relaxed);
+            if dropped > 0 {
+                write_stderr(&format!("lifeguard: warning: {dropped} log lines dropped: stderr was not keeping up\n"));
+            }
+        }
+    });
+    if spawned.is_ok() {
+        let _ = QUEUE.set(tx);
+    }
+}
+
+/// Waits (at most `timeout`) until the queued lines are written; before exiting.
+pub fn flush(timeout: Duration) {
+    if let Some(queue) = QUEUE.get() {
+        let (done, wait) = mpsc::channel();
+        if queue.send_timeout_compat(Message::Flush(done), timeout) {
+            let _ = wait.recv_timeout(timeout);
+        }
+    }
+}
+
+trait SendTimeout {
+    fn send_timeout_compat(&self, message: Message, timeout: Duration) -> bool;
+}
+
+impl SendTimeout for SyncSender<Message> {
+    /// `SyncSender` has no send with a timeout: retry `try_send` until it fits or time is up.
+    fn send_timeout_compat(&self, mut message: Message, timeout: Duration) -> bool {
+        let until = std::time::Instant::now() + timeout;
+        loop {
+            match self.try_send(message) {
+                Ok(()) => return true,
+                Err(TrySendError::Disconnected(_)) => return false,
+                Err(TrySendError::Full(back)) if std::time::Instant::now() < until => {
+                    message = back;
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(TrySendError::Full(_)) => return false,
+            }
+        }
+    }
+}
+
+fn write_stderr(line: &str) {
+    // One write per line so lines from lifeguard and the app never interleave mid-line;
+    // the error is ignored on purpose (see the module note).
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}
 
 pub fn init(level: Level, format: Format) {
     LEVEL.store(level as u8, Ordering::Relaxed);
@@ -84,9 +160,14 @@ pub fn log(level: Level, msg: impl Display, fields: &[Field]) {
     } else {
         text_line(level, &msg, fields)
     };
-    // One write per line so lines from lifeguard and the app never interleave mid-line;
-    // the error is ignored on purpose (see the module note).
-    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    match QUEUE.get() {
+        Some(queue) => {
+            if let Err(TrySendError::Full(_)) = queue.try_send(Message::Line(line)) {
+                DROPPED.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        None => write_stderr(&line),
+    }
 }
 
 fn text_line(level: Level, msg: &dyn Display, fields: &[Field]) -> String {

@@ -18,6 +18,7 @@ mod supervisor;
 use std::io::Write;
 use std::process::ExitCode;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use tokio::sync::watch;
@@ -33,15 +34,20 @@ const EXIT_CANNOT_EXECUTE: u8 = 126;
 const EXIT_NOT_FOUND: u8 = 127;
 /// Room for the endpoint's 1024 connections and lifeguard's own descriptors.
 const MAX_DESCRIPTORS: u64 = 2048;
+/// Descriptors kept free of connections: the signalfd, epoll, the app check's sockets.
+const RESERVED_DESCRIPTORS: u64 = 64;
 
 fn main() -> ExitCode {
-    match run() {
+    let code = match run() {
         Ok(code) => code,
         Err(err) => {
             logging::error(format!("{err:#}"), &[]);
             ExitCode::from(EXIT_SETUP_FAILED)
         }
-    }
+    };
+    // Bounded: a stalled stderr must not hold the exit back.
+    logging::flush(Duration::from_secs(1));
+    code
 }
 
 fn run() -> anyhow::Result<ExitCode> {
@@ -75,6 +81,8 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
     kernel::guard_standard_descriptors();
     // First, before any thread exists (the runtime starts none, but a resolver might).
     let inbox = kernel::SignalInbox::block_all().context("blocking signals")?;
+    logging::start_writer();
+    kernel::reblock_every_signal();
     if let Some(signal) = settings.pdeathsig {
         kernel::set_parent_death_signal(signal).context("setting the parent-death signal")?;
     }
@@ -124,10 +132,10 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
         stats,
     };
     let code = runtime.block_on(async move {
-        if let Some(listener) = listener {
+        if let Some((listener, cap)) = listener {
             match tokio::net::TcpListener::from_std(listener) {
                 Ok(listener) => {
-                    tokio::spawn(http::serve(listener, observed));
+                    tokio::spawn(http::serve(listener, observed, cap));
                 }
                 Err(err) => logging::error(format!("endpoint unavailable: {err}"), &[]),
             }
@@ -147,19 +155,24 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
 
 /// The endpoint's listener, if it is on. An address the user named must work; the
 /// default may be taken (two lifeguards in one pod), which costs only a warning.
-fn bind_endpoint(listen: cli::Listen) -> anyhow::Result<Option<std::net::TcpListener>> {
+/// Returns it with the number of connections it may hold at once.
+fn bind_endpoint(listen: cli::Listen) -> anyhow::Result<Option<(std::net::TcpListener, usize)>> {
     let Some(addr) = listen.addr else {
         return Ok(None);
     };
-    kernel::raise_descriptor_limit(MAX_DESCRIPTORS);
+    let limit = kernel::raise_descriptor_limit(MAX_DESCRIPTORS);
+    let cap = (limit.saturating_sub(RESERVED_DESCRIPTORS) as usize).min(http::MAX_CONNECTIONS);
     let bound = std::net::TcpListener::bind(addr).and_then(|l| {
         l.set_nonblocking(true)?;
         Ok(l)
     });
     match bound {
         Ok(listener) => {
-            logging::info("endpoint listening", &[("addr", &addr)]);
-            Ok(Some(listener))
+            logging::info(
+                "endpoint listening",
+                &[("addr", &addr), ("connections", &cap)],
+            );
+            Ok(Some((listener, cap)))
         }
         Err(err) if listen.explicit => Err(err).with_context(|| format!("cannot listen on {addr}")),
         Err(err) => {

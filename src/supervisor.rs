@@ -187,22 +187,51 @@ impl Supervisor {
 
     fn forward(&mut self, signal: Signal, relay: bool) {
         let group = self.lifecycle.config().group;
-        let target = if group { -self.app_pid } else { self.app_pid };
-        let result = kernel::send(target, self.deliverable(signal));
-        if result.is_ok() {
-            self.stats.signal_forwarded(signal);
-        }
         let what = if relay {
             "stop signal relayed"
         } else {
             "signal forwarded"
         };
+        if self.lifecycle.phase() == Phase::Exited {
+            // The app has been reaped, so its pid (and, once its group is empty, its
+            // group id) may belong to an unrelated process by now: signal the members
+            // of its group still running one by one, or, with -c, nobody.
+            let remaining: Vec<i32> = if group {
+                kernel::descendants()
+                    .into_iter()
+                    .filter(|d| d.pgid == self.app_pid)
+                    .map(|d| d.pid)
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            for pid in &remaining {
+                let _ = kernel::send(*pid, signal);
+            }
+            if !remaining.is_empty() {
+                self.stats.signal_forwarded(signal);
+            }
+            logging::info(
+                what,
+                &[
+                    ("signal", &signal),
+                    ("to", &"what is left of the group"),
+                    ("processes", &remaining.len()),
+                ],
+            );
+            return;
+        }
+        let target = if group { -self.app_pid } else { self.app_pid };
+        let result = kernel::send(target, self.deliverable(signal));
         let to = if group { "group" } else { "child" };
         match result {
-            Ok(()) => logging::info(
-                what,
-                &[("signal", &signal), ("to", &to), ("pid", &self.app_pid)],
-            ),
+            Ok(()) => {
+                self.stats.signal_forwarded(signal);
+                logging::info(
+                    what,
+                    &[("signal", &signal), ("to", &to), ("pid", &self.app_pid)],
+                )
+            }
             // ESRCH: the app (or its whole group) is already gone; nothing to tell.
             Err(err) => logging::debug(format!("{what}: {err}"), &[("signal", &signal)]),
         }

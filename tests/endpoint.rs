@@ -548,3 +548,38 @@ fn probe_exits_0_on_2xx_and_1_otherwise_within_its_timeout() {
     assert!(took < Duration::from_secs(2), "probe took {took:?}");
     assert!(text.contains("no answer within 500ms"), "{text}");
 }
+
+#[test]
+fn a_low_descriptor_limit_still_leaves_room_for_a_fresh_probe() {
+    // With 128 descriptors the cap is lower than 1024; the oldest idle connection still
+    // makes room, so a probe is never stuck behind the 5 s idle timeout.
+    let port = free_port();
+    let listen = listen_flag(port);
+    let mut run = start_with(Mode::Subreaper, &args(&["--listen", &listen], &[]), |c| {
+        let program = c.get_program().to_owned();
+        let argv: Vec<_> = c.get_args().map(|a| a.to_owned()).collect();
+        let mut wrapped = Command::new("prlimit");
+        wrapped.args(["--nofile=128:128"]).arg(program).args(argv);
+        wrapped.env("LIFEGUARD_LISTEN", "off");
+        wrapped.stdin(std::process::Stdio::null());
+        wrapped
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped());
+        *c = wrapped;
+    });
+    run.ready();
+    wait_for_answer(port, "/livez", 200, "alive");
+    let idle: Vec<TcpStream> = (0..300)
+        .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
+        .collect();
+    let asked = Instant::now();
+    assert_eq!(get(port, "/livez"), (200, "alive".into()));
+    assert!(
+        asked.elapsed() < Duration::from_secs(1),
+        "/livez took {:?}",
+        asked.elapsed()
+    );
+    drop(idle);
+    run.signal(libc::SIGINT);
+    run.expect_exit(0);
+}

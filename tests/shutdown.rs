@@ -161,3 +161,27 @@ fn lifeguard_gets_its_parent_death_signal() {
         "the app never got the stop signal: {rest:?}"
     );
 }
+
+#[test]
+fn a_process_whose_main_thread_exited_is_still_killed_at_the_deadline() {
+    // Its main thread gone, the app shows as a zombie in /proc while a thread runs on.
+    let mut run = start(
+        Mode::Subreaper,
+        &args(
+            &["--drain-delay", "0", "--grace", "1s"],
+            &["--thread-outlives-main"],
+        ),
+    );
+    run.ready();
+    let app = run.app_pid();
+    wait_until("the main thread to exit", || {
+        (state(app) == Some('Z')).then_some(())
+    });
+    run.signal(libc::SIGTERM);
+    run.expect_exit(137);
+    wait_until("the app's last thread to be gone", || {
+        std::fs::metadata(format!("/proc/{app}"))
+            .is_err()
+            .then_some(())
+    });
+}

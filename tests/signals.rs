@@ -176,3 +176,16 @@ fn an_app_that_handles_sigtstp_gets_it_as_sent() {
     run.signal(libc::SIGINT);
     run.expect_exit(0);
 }
+
+#[test]
+fn signals_the_c_library_reserves_are_forwarded_not_fatal_to_lifeguard() {
+    // Signal 32 is kept by both glibc and musl for themselves; left unblocked it would
+    // kill lifeguard (its default action) and orphan the app. lifeguard forwards it; the
+    // testapp neither blocks nor ignores it, so it dies of it.
+    for mode in MODES {
+        let mut run = start(mode, &app(&["--default-signal", "32"]));
+        run.ready();
+        run.signal(32);
+        run.expect_exit(128 + 32);
+    }
+}

@@ -13,6 +13,10 @@
 //!   --report          print what it inherited: `mask`, `ignored`, `fds`, `pgid`, `sid`,
 //!                     `foreground` (its group owns the terminal on stdin)
 //!   --ignore-stop     do not let TSTP/TTIN/TTOU stop it (report them instead)
+//!   --default-signal N  reset signal N to its default action, even one the C library
+//!                     reserves (a raw rt_sigaction), so that N kills it
+//!   --thread-outlives-main  after ready, the main thread exits and a second thread runs
+//!                     on (the process shows as a zombie while it still runs)
 //!   --http PORT       serve HTTP on 127.0.0.1:PORT like a naive web server: `/slow`
 //!                     answers after 2 s, `/health` 200 (500 after SIGUSR1 flips it),
 //!                     anything else 200 at once; prints `request PATH` on arrival. On
@@ -34,6 +38,8 @@ fn main() {
     let mut report = false;
     let mut ignore_stop = false;
     let mut http_port = None;
+    let mut thread_outlives_main = false;
+    let mut defaulted = Vec::new();
     let mut it = args.iter();
     while let Some(arg) = it.next() {
         let mut value = || it.next().expect("option needs a value").clone();
@@ -53,6 +59,8 @@ fn main() {
             "--daemon" => daemon = Some(value()),
             "--report" => report = true,
             "--ignore-stop" => ignore_stop = true,
+            "--thread-outlives-main" => thread_outlives_main = true,
+            "--default-signal" => defaulted.push(value().parse::<i32>().unwrap()),
             "--http" => http_port = Some(value().parse::<u16>().unwrap()),
             other => panic!("testapp: unknown option {other}"),
         }
@@ -60,6 +68,20 @@ fn main() {
 
     if report {
         report_inherited();
+    }
+    for n in defaulted {
+        // The kernel's struct sigaction on x86_64: handler, flags, restorer, mask.
+        let action: [u64; 4] = [libc::SIG_DFL as u64, 0, 0, 0];
+        // SAFETY: a live struct of the kernel's layout; no old action asked for.
+        unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigaction,
+                n,
+                action.as_ptr(),
+                std::ptr::null_mut::<u64>(),
+                8,
+            )
+        };
     }
     // Every signal but the job-control ones stays blocked and is read from a signalfd, so
     // none is lost and each is printed once, in order. (Not sigwaitinfo: while a process
@@ -91,6 +113,15 @@ fn main() {
     say("ready");
     if let Some(n) = exit_now {
         std::process::exit(n);
+    }
+    if thread_outlives_main {
+        std::thread::spawn(|| loop {
+            std::thread::sleep(Duration::from_secs(3600));
+        });
+        // SAFETY: the raw exit system call ends only the calling (main) thread, without
+        // unwinding (pthread_exit would unwind through Rust frames and abort); the
+        // spawned thread keeps the process alive.
+        unsafe { libc::syscall(libc::SYS_exit, 0) };
     }
     loop {
         let Ok(Some(info)) = inbox.read_signal() else {
