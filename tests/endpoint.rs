@@ -56,6 +56,19 @@ fn listen_flag(port: u16) -> String {
     format!("127.0.0.1:{port}")
 }
 
+/// lifeguard (in `mode`) with its endpoint on a free port, supervising the testapp with
+/// `app_args`; returns once the app is ready and /livez answers.
+fn start_listening(mode: Mode, flags: &[&str], app_args: &[&str]) -> (Run, u16) {
+    let port = free_port();
+    let listen = listen_flag(port);
+    let mut all = vec!["--listen", listen.as_str()];
+    all.extend_from_slice(flags);
+    let run = start(mode, &args(&all, app_args));
+    run.ready();
+    wait_for_answer(port, "/livez", 200, "alive");
+    (run, port)
+}
+
 /// lifeguard (PID 1) with its endpoint on, supervising the testapp's web server, ready
 /// once the app's /health answers 2xx; waits until /readyz says ready.
 struct WebApp {
@@ -368,11 +381,7 @@ fn hostile_clients_never_delay_health_or_shutdown() {
 
 #[test]
 fn a_request_head_over_16_kib_gets_431() {
-    let port = free_port();
-    let listen = listen_flag(port);
-    let mut run = start(Mode::Subreaper, &args(&["--listen", &listen], &[]));
-    run.ready();
-    wait_for_answer(port, "/livez", 200, "alive");
+    let (mut run, port) = start_listening(Mode::Subreaper, &[], &[]);
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     // The write may fail part-way: lifeguard answers and closes once 16 KiB are in.
@@ -390,11 +399,7 @@ fn a_request_head_over_16_kib_gets_431() {
 
 #[test]
 fn idle_and_half_sent_connections_are_closed_after_5_seconds() {
-    let port = free_port();
-    let listen = listen_flag(port);
-    let mut run = start(Mode::Subreaper, &args(&["--listen", &listen], &[]));
-    run.ready();
-    wait_for_answer(port, "/livez", 200, "alive");
+    let (mut run, port) = start_listening(Mode::Subreaper, &[], &[]);
     let mut idle = TcpStream::connect(("127.0.0.1", port)).unwrap();
     let mut half = TcpStream::connect(("127.0.0.1", port)).unwrap();
     half.write_all(b"GET /livez HTTP/1.1\r\n").unwrap();
@@ -416,11 +421,7 @@ fn idle_and_half_sent_connections_are_closed_after_5_seconds() {
 
 #[test]
 fn connections_beyond_1024_evict_the_least_recently_active() {
-    let port = free_port();
-    let listen = listen_flag(port);
-    let mut run = start(Mode::Pid1, &args(&["--listen", &listen], &[]));
-    run.ready();
-    wait_for_answer(port, "/livez", 200, "alive");
+    let (mut run, port) = start_listening(Mode::Pid1, &[], &[]);
     let mut first = TcpStream::connect(("127.0.0.1", port)).unwrap();
     first
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -555,18 +556,11 @@ fn a_low_descriptor_limit_still_leaves_room_for_a_fresh_probe() {
     // makes room, so a probe is never stuck behind the 5 s idle timeout.
     let port = free_port();
     let listen = listen_flag(port);
-    let mut run = start_with(Mode::Subreaper, &args(&["--listen", &listen], &[]), |c| {
-        let program = c.get_program().to_owned();
-        let argv: Vec<_> = c.get_args().map(|a| a.to_owned()).collect();
-        let mut wrapped = Command::new("prlimit");
-        wrapped.args(["--nofile=128:128"]).arg(program).args(argv);
-        wrapped.env("LIFEGUARD_LISTEN", "off");
-        wrapped.stdin(std::process::Stdio::null());
-        wrapped
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        *c = wrapped;
-    });
+    let mut run = start_under(
+        Mode::Subreaper,
+        &["prlimit", "--nofile=128:128"],
+        &args(&["--listen", &listen], &[]),
+    );
     run.ready();
     wait_for_answer(port, "/livez", 200, "alive");
     let idle: Vec<TcpStream> = (0..300)

@@ -37,22 +37,12 @@ fn report(mode: Option<Mode>, env_args: &[&str]) -> (u64, u64) {
         cmd.args(env_args).args(REPORT).arg("/proc/self/status");
         return parse_report(&String::from_utf8_lossy(&cmd.output().unwrap().stdout));
     };
-    let env_args: Vec<String> = env_args.iter().map(|s| s.to_string()).collect();
     let mut lifeguard_args = vec!["--"];
     lifeguard_args.extend(REPORT);
     lifeguard_args.push("/proc/self/status");
-    let mut run = start_with(mode, &lifeguard_args, move |c| {
-        let mut wrapped = std::process::Command::new("env");
-        wrapped
-            .args(&env_args)
-            .arg(c.get_program())
-            .args(c.get_args());
-        wrapped.stdin(std::process::Stdio::null());
-        wrapped
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::piped());
-        *c = wrapped;
-    });
+    let mut wrapper = vec!["env"];
+    wrapper.extend_from_slice(env_args);
+    let mut run = start_under(mode, &wrapper, &lifeguard_args);
     run.expect(|l| l.starts_with("SigIgn:"), "SigIgn");
     run.expect_exit(0);
     parse_report(&run.stdout().join("\n"))
@@ -175,21 +165,10 @@ fn the_app_gets_the_descriptor_limit_lifeguard_was_started_with() {
     // lifeguard raises its own soft limit for the endpoint's connections; the app must
     // not notice.
     let script = format!("ulimit -Sn; exec {TESTAPP}");
-    let mut run = start_with(
+    let mut run = start_under(
         Mode::Subreaper,
+        &["prlimit", "--nofile=512:4096"],
         &["--listen", "127.0.0.1:0", "--", "sh", "-c", &script],
-        |c| {
-            let program = c.get_program().to_owned();
-            let argv: Vec<_> = c.get_args().map(|a| a.to_owned()).collect();
-            let mut wrapped = std::process::Command::new("prlimit");
-            wrapped.args(["--nofile=512:4096"]).arg(program).args(argv);
-            wrapped.env("LIFEGUARD_LISTEN", "off");
-            wrapped.stdin(std::process::Stdio::null());
-            wrapped
-                .stdout(std::process::Stdio::piped())
-                .stderr(std::process::Stdio::piped());
-            *c = wrapped;
-        },
     );
     run.expect_line("512");
     let limits = std::fs::read_to_string(format!("/proc/{}/limits", run.pid)).unwrap();

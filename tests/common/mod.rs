@@ -132,6 +132,25 @@ pub fn start_with(mode: Mode, args: &[&str], tweak: impl FnOnce(&mut Command)) -
     }
 }
 
+/// Starts lifeguard through `wrapper` (e.g. `env --block-signal=USR2`, `prlimit
+/// --nofile=128:128`), which then execs it: lifeguard inherits what the wrapper sets.
+pub fn start_under(mode: Mode, wrapper: &[&str], args: &[&str]) -> Run {
+    let wrapper: Vec<String> = wrapper.iter().map(|s| s.to_string()).collect();
+    start_with(mode, args, move |c| {
+        let mut wrapped = Command::new(&wrapper[0]);
+        wrapped
+            .args(&wrapper[1..])
+            .arg(c.get_program())
+            .args(c.get_args());
+        wrapped.env("LIFEGUARD_LISTEN", "off");
+        wrapped
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        *c = wrapped;
+    })
+}
+
 /// Root is needed for PID namespaces and for cgroups; say so instead of passing.
 pub fn require_root() {
     // SAFETY: getuid has no preconditions.
