@@ -304,24 +304,11 @@ fn without_the_drain_the_app_refuses_connections_right_after_sigterm() {
 
 #[test]
 fn hostile_clients_never_delay_health_or_shutdown() {
-    let port = free_port();
-    let listen = listen_flag(port);
-    let mut run = start(
+    let (mut run, port) = start_listening(
         Mode::Pid1,
-        &args(
-            &[
-                "--listen",
-                &listen,
-                "--drain-delay",
-                "200ms",
-                "--grace",
-                "3s",
-            ],
-            &["--exit-on", "none"],
-        ),
+        &["--drain-delay", "200ms", "--grace", "3s"],
+        &["--exit-on", "none"],
     );
-    run.ready();
-    wait_for_answer(port, "/livez", 200, "alive");
     let mut hostile = Vec::new();
     // Hundreds of idle connections and of half-sent heads.
     for i in 0..600 {
@@ -501,23 +488,12 @@ fn probe(args: &[&str]) -> (i32, String, Duration) {
 
 #[test]
 fn probe_exits_0_on_2xx_and_1_otherwise_within_its_timeout() {
-    let port = free_port();
-    let listen = listen_flag(port);
-    let mut run = start(
+    let (mut run, port) = start_listening(
         Mode::Subreaper,
-        &args(
-            &[
-                "--listen",
-                &listen,
-                "--drain-delay",
-                "30s",
-                "--grace",
-                "40s",
-            ],
-            &[],
-        ),
+        &["--drain-delay", "30s", "--grace", "40s"],
+        &[],
     );
-    run.ready();
+    let listen = listen_flag(port);
     wait_for_answer(port, "/readyz", 200, "ready");
     let (code, text, _) = probe(&["--listen", &listen]);
     assert_eq!(code, 0, "{text}");
