@@ -512,31 +512,18 @@ mod tests {
     fn compatibility_variables_are_honoured() {
         assert!(!ok(&["app"], &[("DUMB_INIT_SETSID", "0")]).lifecycle.group);
         assert!(ok(&["app"], &[("DUMB_INIT_SETSID", "1")]).lifecycle.group);
-        assert_eq!(
-            ok(&["app"], &[("DUMB_INIT_DEBUG", "1")]).log_level,
-            Level::Debug
-        );
-        assert_eq!(
-            ok(&["app"], &[("TINI_VERBOSITY", "2")]).log_level,
-            Level::Info
-        );
-        assert_eq!(
-            ok(&["app"], &[("TINI_VERBOSITY", "0")]).log_level,
-            Level::Error
-        );
-        assert_eq!(
-            ok(&["app"], &[("LIFEGUARD_VERBOSE", "1")]).log_level,
-            Level::Info
-        );
-        assert_eq!(
-            ok(&["app"], &[("LIFEGUARD_QUIET", "1")]).log_level,
-            Level::Error
-        );
-        assert_eq!(
-            ok(&["-vv", "app"], &[("TINI_VERBOSITY", "0")]).log_level,
-            Level::Debug
-        );
-        assert_eq!(ok(&["-q", "app"], &[]).log_level, Level::Error);
+        let levels: &[(&[&str], (&str, &str), Level)] = &[
+            (&["app"], ("DUMB_INIT_DEBUG", "1"), Level::Debug),
+            (&["app"], ("TINI_VERBOSITY", "2"), Level::Info),
+            (&["app"], ("TINI_VERBOSITY", "0"), Level::Error),
+            (&["app"], ("LIFEGUARD_VERBOSE", "1"), Level::Info),
+            (&["app"], ("LIFEGUARD_QUIET", "1"), Level::Error),
+            (&["-vv", "app"], ("TINI_VERBOSITY", "0"), Level::Debug),
+            (&["-q", "app"], ("UNRELATED", "1"), Level::Error),
+        ];
+        for (args, env, level) in levels {
+            assert_eq!(ok(args, &[*env]).log_level, *level, "{args:?} {env:?}");
+        }
         ok(
             &["-s", "-g", "app"],
             &[("TINI_SUBREAPER", "1"), ("TINI_KILL_PROCESS_GROUP", "1")],
