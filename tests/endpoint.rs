@@ -20,15 +20,10 @@ fn free_port() -> u16 {
 
 /// One request on a fresh connection: (status, body), or the connect/read error.
 fn request(port: u16, method: &str, path: &str) -> std::io::Result<(u16, String)> {
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        stream,
-        "{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    let text = exchange(
+        port,
+        &format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
     )?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text)?;
     let status = text
         .split_whitespace()
         .nth(1)
@@ -39,6 +34,17 @@ fn request(port: u16, method: &str, path: &str) -> std::io::Result<(u16, String)
         .map(|(_, b)| b.trim().to_string())
         .unwrap_or_default();
     Ok((status, body))
+}
+
+/// Sends `raw` on a fresh connection and returns everything that comes back.
+fn exchange(port: u16, raw: &str) -> std::io::Result<String> {
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    stream.write_all(raw.as_bytes())?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text)?;
+    Ok(text)
 }
 
 fn get(port: u16, path: &str) -> (u16, String) {
@@ -122,27 +128,21 @@ fn endpoints_answer_as_the_design_says() {
     let (status, _) = request(port, "HEAD", "/livez").unwrap();
     assert_eq!(status, 200);
     // HEAD carries no body.
-    let mut raw = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(
-        raw,
-        "HEAD /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    let text = exchange(
+        port,
+        "HEAD /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     )
     .unwrap();
-    let mut text = String::new();
-    raw.read_to_string(&mut text).unwrap();
     assert!(
         text.ends_with("\r\n\r\n"),
         "HEAD answered with a body: {text:?}"
     );
     // Other methods: 405 naming the allowed ones.
-    let mut raw = TcpStream::connect(("127.0.0.1", port)).unwrap();
-    write!(
-        raw,
-        "POST /livez HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+    let text = exchange(
+        port,
+        "POST /livez HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
     )
     .unwrap();
-    let mut text = String::new();
-    raw.read_to_string(&mut text).unwrap();
     assert!(text.starts_with("HTTP/1.1 405"), "{text}");
     assert!(text.to_lowercase().contains("allow: get, head"), "{text}");
 
