@@ -387,23 +387,44 @@ pub fn guard_standard_descriptors() {
     }
 }
 
-/// Whether stdin is a terminal; if so, lifeguard lets go of it so that the app's new
-/// session can take it as its controlling terminal and job control works in the app.
-pub fn release_terminal(inbox: &SignalInbox) -> bool {
-    let stdin = io::stdin();
-    if !nix::unistd::isatty(stdin.as_raw_fd()).unwrap_or(false) {
-        return false;
+/// How the app gets the terminal on stdin, if there is one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AppTerminal {
+    /// stdin is not a terminal: nothing to hand over.
+    None,
+    /// The app's new session takes stdin's terminal as its controlling terminal
+    /// (lifeguard led the terminal's session and let go of it, or the terminal was
+    /// nobody's).
+    OwnSession,
+    /// lifeguard is a member, not the leader, of the terminal's session (started from an
+    /// interactive shell, or by `script -c`): a new session could not take the terminal,
+    /// which stays its leader's. The app gets a process group of its own in lifeguard's
+    /// session instead and becomes the foreground group, as under tini.
+    ForegroundGroup,
+}
+
+/// Decides how the app gets stdin's terminal, letting go of it first where lifeguard
+/// leads its session so that the app's new session can take it (job control in the app).
+pub fn release_terminal(inbox: &SignalInbox) -> AppTerminal {
+    let stdin = io::stdin().as_raw_fd();
+    if !nix::unistd::isatty(stdin).unwrap_or(false) {
+        return AppTerminal::None;
     }
-    let leader = nix::unistd::getsid(None).ok() == Some(nix::unistd::getpid());
+    let own_session = nix::unistd::getsid(None).ok();
+    let leader = own_session == Some(nix::unistd::getpid());
+    let terminal_session = nix::sys::termios::tcgetsid(io::stdin()).ok();
+    if terminal_session.is_some() && terminal_session == own_session && !leader {
+        return AppTerminal::ForegroundGroup;
+    }
     // SAFETY: TIOCNOTTY takes no argument; it fails harmlessly if stdin is not our
     // controlling terminal.
-    let detached = unsafe { libc::ioctl(stdin.as_raw_fd(), libc::TIOCNOTTY) } == 0;
+    let detached = unsafe { libc::ioctl(stdin, libc::TIOCNOTTY) } == 0;
     if detached && leader {
         // A session leader giving up its terminal makes the kernel send SIGHUP and
         // SIGCONT to the foreground group, i.e. to lifeguard itself.
         inbox.discard(&[signals::HUP, signals::CONT]);
     }
-    true
+    AppTerminal::OwnSession
 }
 
 // ---------------------------------------------------------------------------------------
@@ -411,12 +432,12 @@ pub fn release_terminal(inbox: &SignalInbox) -> bool {
 
 /// Starts COMMAND in a session and process group of its own, with the signal mask and
 /// ignored set lifeguard inherited, and none of lifeguard's descriptors (all are opened
-/// close-on-exec). With `take_terminal`, stdin's terminal becomes its controlling
-/// terminal, so its group is the foreground one.
+/// close-on-exec). With a terminal on stdin its group becomes the foreground one, as
+/// `terminal` says.
 ///
 /// The returned `Child` handle is dropped on purpose: lifeguard's reaper is the only
 /// code that waits.
-pub fn spawn_app(command: &[OsString], take_terminal: bool) -> io::Result<i32> {
+pub fn spawn_app(command: &[OsString], terminal: AppTerminal) -> io::Result<i32> {
     let (mask_bits, ignored_bits) = inherited_signal_state();
     // Dispositions put back as inherited: Rust's start-up ignores SIGPIPE and its spawn
     // resets it, and the C library may install handlers (which exec turns into SIG_DFL)
@@ -445,16 +466,27 @@ pub fn spawn_app(command: &[OsString], take_terminal: bool) -> io::Result<i32> {
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit());
     // SAFETY: the closure runs between fork and exec in the child, where only
-    // async-signal-safe calls are allowed: setsid, ioctl and raw system calls are, and
+    // async-signal-safe calls are allowed: setsid, setpgid, tcsetpgrp, ioctl and raw
+    // system calls are, and
     // it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
-            if libc::setsid() < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            if take_terminal {
-                // Failure only costs job control; the app still runs (as dumb-init).
-                libc::ioctl(0, libc::TIOCSCTTY, 0);
+            if terminal == AppTerminal::ForegroundGroup {
+                if libc::setpgid(0, 0) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // A background group calling tcsetpgrp gets SIGTTOU unless it is
+                // blocked (tcsetpgrp(3)); every signal still is, until the last step.
+                // Failure only costs job control; the app still runs.
+                libc::tcsetpgrp(0, libc::getpid());
+            } else {
+                if libc::setsid() < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if terminal == AppTerminal::OwnSession {
+                    // Failure only costs job control; the app still runs (as dumb-init).
+                    libc::ioctl(0, libc::TIOCSCTTY, 0);
+                }
             }
             for &(n, handler) in &restore {
                 set_disposition(n, handler);

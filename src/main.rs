@@ -99,10 +99,10 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
     // Bound before the app starts, so an unusable explicit address stops everything
     // with 125 and nothing is left half-started (DESIGN §4).
     let listener = bind_endpoint(settings.listen)?;
-    let take_terminal = kernel::release_terminal(&inbox);
+    let terminal = kernel::release_terminal(&inbox);
 
     let program = settings.command[0].to_string_lossy().into_owned();
-    let app_pid = match kernel::spawn_app(&settings.command, take_terminal) {
+    let app_pid = match kernel::spawn_app(&settings.command, terminal) {
         Ok(pid) => pid,
         Err(err) => {
             let code = match err.kind() {

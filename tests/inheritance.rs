@@ -144,20 +144,44 @@ fn environment_and_working_directory_are_unchanged() {
     run.expect_exit(0);
 }
 
-#[test]
-fn with_a_terminal_on_stdin_the_app_is_the_foreground_group() {
-    // script(1) gives lifeguard a pseudo-terminal as its controlling terminal.
-    let inner = format!("{LIFEGUARD} -- {TESTAPP} --report --exit 0");
+/// Runs `shell_command` under script(1), which gives it a pseudo-terminal as its
+/// controlling terminal, and returns what it printed.
+fn on_a_terminal(shell_command: &str) -> String {
     let out = std::process::Command::new("script")
-        .args(["-qec", &inner, "/dev/null"])
+        .args(["-qec", shell_command, "/dev/null"])
+        // script(1) runs $SHELL -c; pin it so that whether the shell execs the command
+        // (and so who leads the terminal's session) does not depend on the environment.
+        .env("SHELL", "/bin/sh")
         .stdin(std::process::Stdio::null())
         .output()
         .expect("script(1) from util-linux is needed for this test");
-    let text = String::from_utf8_lossy(&out.stdout);
+    String::from_utf8_lossy(&out.stdout).replace('\r', "")
+}
+
+#[test]
+fn with_a_terminal_on_stdin_the_app_is_the_foreground_group() {
+    // lifeguard leads the terminal's session (`exec`, as PID 1 of `docker run -t`): it
+    // lets go of the terminal and the app's own session takes it.
+    let text = on_a_terminal(&format!("exec {LIFEGUARD} -- {TESTAPP} --report --exit 0"));
     assert!(
         text.contains("foreground true"),
-        "the app does not own the terminal:\n{text}"
+        "session leader: the app does not own the terminal:\n{text}"
     );
+    let ids = text.lines().find_map(|l| l.strip_prefix("pgid ")).unwrap();
+    let parts: Vec<&str> = ids.split_whitespace().collect();
+    assert_eq!(parts[0], parts[2], "the app leads a session of its own: {ids}");
+
+    // lifeguard is one member of the shell's session (started from an interactive
+    // shell): the terminal stays the shell's session's, so the app gets a group of its
+    // own in that session, made the foreground group.
+    let text = on_a_terminal(&format!("{LIFEGUARD} -- {TESTAPP} --report --exit 0; true"));
+    assert!(
+        text.contains("foreground true"),
+        "session member: the app does not own the terminal:\n{text}"
+    );
+    let ids = text.lines().find_map(|l| l.strip_prefix("pgid ")).unwrap();
+    let parts: Vec<&str> = ids.split_whitespace().collect();
+    assert_eq!(parts[0], parts[4], "the app leads its own group: {ids}");
 }
 
 #[test]
