@@ -399,8 +399,10 @@ pub enum AppTerminal {
     /// lifeguard is a member, not the leader, of the terminal's session (started from an
     /// interactive shell, or by `script -c`): a new session could not take the terminal,
     /// which stays its leader's. The app gets a process group of its own in lifeguard's
-    /// session instead and becomes the foreground group, as under tini.
-    ForegroundGroup,
+    /// session instead and becomes the foreground group, as under tini. `previous` is
+    /// the group that was in the foreground, given the terminal back when lifeguard is
+    /// done so that the shell that started it can read from it again.
+    ForegroundGroup { previous: i32 },
 }
 
 /// Decides how the app gets stdin's terminal, letting go of it first where lifeguard
@@ -414,7 +416,11 @@ pub fn release_terminal(inbox: &SignalInbox) -> AppTerminal {
     let leader = own_session == Some(nix::unistd::getpid());
     let terminal_session = nix::sys::termios::tcgetsid(io::stdin()).ok();
     if terminal_session.is_some() && terminal_session == own_session && !leader {
-        return AppTerminal::ForegroundGroup;
+        if let Ok(previous) = nix::unistd::tcgetpgrp(io::stdin()) {
+            return AppTerminal::ForegroundGroup {
+                previous: previous.as_raw(),
+            };
+        }
     }
     // SAFETY: TIOCNOTTY takes no argument; it fails harmlessly if stdin is not our
     // controlling terminal.
@@ -425,6 +431,17 @@ pub fn release_terminal(inbox: &SignalInbox) -> AppTerminal {
         inbox.discard(&[signals::HUP, signals::CONT]);
     }
     AppTerminal::OwnSession
+}
+
+/// Gives the terminal's foreground back to the group that had it before the app took
+/// it (`ForegroundGroup` only: in the other cases lifeguard's session no longer has the
+/// terminal). Without this a non-interactive shell that ran lifeguard would be left in
+/// the background, stopped by SIGTTIN at its next read. Failure changes nothing else.
+pub fn restore_terminal(terminal: AppTerminal) {
+    if let AppTerminal::ForegroundGroup { previous } = terminal {
+        // lifeguard, now in the background, blocks SIGTTOU, so tcsetpgrp is allowed.
+        let _ = nix::unistd::tcsetpgrp(io::stdin(), nix::unistd::Pid::from_raw(previous));
+    }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -471,7 +488,7 @@ pub fn spawn_app(command: &[OsString], terminal: AppTerminal) -> io::Result<i32>
     // it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
-            if terminal == AppTerminal::ForegroundGroup {
+            if let AppTerminal::ForegroundGroup { .. } = terminal {
                 if libc::setpgid(0, 0) < 0 {
                     return Err(io::Error::last_os_error());
                 }

@@ -105,6 +105,8 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
     let app_pid = match kernel::spawn_app(&settings.command, terminal) {
         Ok(pid) => pid,
         Err(err) => {
+            // The child may have taken the foreground before its exec failed.
+            kernel::restore_terminal(terminal);
             let code = match err.kind() {
                 std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
                 _ => EXIT_CANNOT_EXECUTE,
@@ -149,6 +151,7 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
     });
     // Do not wait for connections or a DNS lookup still under way: the app is gone.
     runtime.shutdown_background();
+    kernel::restore_terminal(terminal);
     logging::info("lifeguard exiting", &[("code", &code)]);
     Ok(code)
 }

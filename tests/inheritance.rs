@@ -160,29 +160,42 @@ fn on_a_terminal(shell_command: &str) -> String {
 
 #[test]
 fn with_a_terminal_on_stdin_the_app_is_the_foreground_group() {
-    // lifeguard leads the terminal's session (`exec`, as PID 1 of `docker run -t`): it
-    // lets go of the terminal and the app's own session takes it.
-    let text = on_a_terminal(&format!("exec {LIFEGUARD} -- {TESTAPP} --report --exit 0"));
+    let app = format!("{LIFEGUARD} -- {TESTAPP} --report --exit 0");
+    // (how the shell starts lifeguard, who lifeguard is, which id the app's pgid equals)
+    let cases = [
+        // lifeguard leads the terminal's session (as PID 1 of `docker run -t`): it lets
+        // go of the terminal and the app's own session takes it, so pgid = sid.
+        (format!("exec {app}"), "session leader", 2),
+        // lifeguard is one member of the shell's session (started from an interactive
+        // shell): the terminal stays that session's, so the app gets a group of its own
+        // in it, made the foreground group: pgid = pid.
+        // The shell then reports whether it has the terminal back.
+        (format!("{app}; {SHELL_HAS_TERMINAL}"), "session member", 4),
+    ];
+    let mut texts = Vec::new();
+    for (shell_command, who, leads) in cases {
+        let text = on_a_terminal(&shell_command);
+        assert!(
+            text.contains("foreground true"),
+            "{who}: the app does not own the terminal:\n{text}"
+        );
+        // "P sid S pid I"
+        let ids = text.lines().find_map(|l| l.strip_prefix("pgid ")).unwrap();
+        let parts: Vec<&str> = ids.split_whitespace().collect();
+        assert_eq!(parts[0], parts[leads], "{who}: {ids}");
+        texts.push(text);
+    }
     assert!(
-        text.contains("foreground true"),
-        "session leader: the app does not own the terminal:\n{text}"
+        texts[1].contains("shell has the terminal: yes"),
+        "lifeguard did not give the terminal back to the shell:\n{}",
+        texts[1]
     );
-    let ids = text.lines().find_map(|l| l.strip_prefix("pgid ")).unwrap();
-    let parts: Vec<&str> = ids.split_whitespace().collect();
-    assert_eq!(parts[0], parts[2], "the app leads a session of its own: {ids}");
-
-    // lifeguard is one member of the shell's session (started from an interactive
-    // shell): the terminal stays the shell's session's, so the app gets a group of its
-    // own in that session, made the foreground group.
-    let text = on_a_terminal(&format!("{LIFEGUARD} -- {TESTAPP} --report --exit 0; true"));
-    assert!(
-        text.contains("foreground true"),
-        "session member: the app does not own the terminal:\n{text}"
-    );
-    let ids = text.lines().find_map(|l| l.strip_prefix("pgid ")).unwrap();
-    let parts: Vec<&str> = ids.split_whitespace().collect();
-    assert_eq!(parts[0], parts[4], "the app leads its own group: {ids}");
 }
+
+/// Shell code printing whether the shell's group is the terminal's foreground group
+/// (fields 5 and 8 of /proc/PID/stat: pgrp and tpgid), without ps.
+const SHELL_HAS_TERMINAL: &str = "set -- $(cat /proc/$$/stat); \
+    [ \"$5\" = \"$8\" ] && echo 'shell has the terminal: yes' || echo \"shell has the terminal: no ($5 vs $8)\"";
 
 #[test]
 fn the_app_gets_the_descriptor_limit_lifeguard_was_started_with() {
