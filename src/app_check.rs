@@ -10,14 +10,18 @@ use tokio::sync::watch;
 use crate::cli::AppCheckKind;
 use crate::health::AppCheck;
 use crate::http_client;
+use crate::lifecycle::Phase;
 use crate::logging;
 
-/// Runs forever (until the runtime stops); with no check configured the app counts as
-/// ready as soon as it is spawned (DESIGN §3).
+/// Runs until the drain begins (or the runtime stops); with no check configured the app
+/// counts as ready as soon as it is spawned (DESIGN §3). From the drain on `/readyz`
+/// says `draining` whatever the check finds, and an app closing its port on the stop
+/// signal is no news: checking on would only log warnings.
 pub async fn run(
     check: Option<AppCheckKind>,
     interval: Duration,
     verdicts: watch::Sender<AppCheck>,
+    phase: watch::Receiver<Phase>,
 ) {
     let Some(check) = check else {
         verdicts.send_replace(AppCheck::Passing);
@@ -27,6 +31,9 @@ pub async fn run(
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
+        if !matches!(*phase.borrow(), Phase::Starting | Phase::Running) {
+            return;
+        }
         let verdict = match tokio::time::timeout(interval, once(&check)).await {
             Ok(Ok(())) => AppCheck::Passing,
             Ok(Err(reason)) => AppCheck::Failing(reason),
@@ -35,6 +42,9 @@ pub async fn run(
                 humantime::format_duration(interval)
             )),
         };
+        if !matches!(*phase.borrow(), Phase::Starting | Phase::Running) {
+            return;
+        }
         let before = verdicts.borrow().clone();
         if verdict != before {
             match (&before, &verdict) {

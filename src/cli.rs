@@ -6,7 +6,8 @@ use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use clap::{ArgAction, Parser};
+use clap::parser::ValueSource;
+use clap::{ArgAction, CommandFactory, FromArgMatches, Parser};
 
 use crate::lifecycle;
 use crate::logging::{self, Level};
@@ -40,8 +41,7 @@ struct Cli {
     listen: Option<Listen>,
 
     /// The app is ready while GET URL answers 2xx (http:// only)
-    #[arg(long, env = "LIFEGUARD_READY_HTTP", value_name = "URL", value_parser = parse_http_url,
-          conflicts_with = "ready_tcp")]
+    #[arg(long, env = "LIFEGUARD_READY_HTTP", value_name = "URL", value_parser = parse_http_url)]
     ready_http: Option<hyper::Uri>,
 
     /// The app is ready while a TCP connection to HOST:PORT succeeds
@@ -171,35 +171,109 @@ pub enum Parsed {
 }
 
 /// Parses the command line and the environment. clap reads the `LIFEGUARD_*` twins from
-/// the process environment itself; `lookup` serves the compatibility variables, so unit
-/// tests need not touch the process environment (the twins are tested on the binary).
+/// the process environment itself; `lookup` serves the compatibility variables and tells
+/// which twins are set but empty, so unit tests need not touch the process environment
+/// (the twins are tested on the binary).
+///
+/// With `--probe` every refusal exits 1, not 2: the probe's contract is 0 or 1, and
+/// Docker reserves 2 in HEALTHCHECK commands.
 pub fn parse(
     args: impl IntoIterator<Item = OsString>,
     lookup: impl Fn(&str) -> Option<String>,
 ) -> Parsed {
-    let cli = match Cli::try_parse_from(args) {
-        Ok(cli) => cli,
+    let args: Vec<OsString> = args.into_iter().collect();
+    let mut command = Cli::command();
+    let refusal_code = if probe_requested(&command, &args) {
+        1
+    } else {
+        2
+    };
+    // A twin set to the empty string counts as unset: `ENV LIFEGUARD_GRACE=` in an
+    // image, or Kubernetes' `value: ""`, mean "no value", not a malformed one.
+    let blank: Vec<clap::Id> = command
+        .get_arguments()
+        .filter(|arg| {
+            arg.get_env()
+                .and_then(|name| lookup(&name.to_string_lossy()))
+                .is_some_and(|value| value.is_empty())
+        })
+        .map(|arg| arg.get_id().clone())
+        .collect();
+    for id in blank {
+        command = command.mut_arg(id, |arg| arg.env(None));
+    }
+    let parsed = command
+        .try_get_matches_from(args)
+        .and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, matches)));
+    let (cli, matches) = match parsed {
+        Ok(parsed) => parsed,
         Err(err) => {
             let to_stdout = !err.use_stderr();
             return Parsed::Exit {
                 message: err.render().to_string(),
-                code: if to_stdout { 0 } else { 2 },
+                code: if to_stdout { 0 } else { refusal_code },
                 to_stdout,
             };
         }
     };
-    match settings(cli, &lookup) {
+    let sources = CheckSources {
+        http: matches.value_source("ready_http"),
+        tcp: matches.value_source("ready_tcp"),
+    };
+    match settings(cli, sources, &lookup) {
         Ok(settings) => Parsed::Run(Box::new(settings)),
         Err(message) => Parsed::Exit {
             message: format!("error: {message}\n\nFor more information, try '--help'.\n"),
-            code: 2,
+            code: refusal_code,
             to_stdout: false,
         },
     }
 }
 
-fn settings(cli: Cli, lookup: &impl Fn(&str) -> Option<String>) -> Result<Settings, String> {
-    if cli.grace <= cli.drain_delay {
+/// Whether the arguments ask for probe mode; read before parsing, so that a refusal
+/// exits as the probe does. Options end at `--` or at COMMAND (the first argument that
+/// is neither an option nor an option's value): after that, `--probe` is the app's.
+fn probe_requested(command: &clap::Command, args: &[OsString]) -> bool {
+    let takes_value = |name: &str| {
+        command.get_arguments().any(|arg| {
+            let named = match name.strip_prefix("--") {
+                Some(long) => arg.get_long() == Some(long),
+                None => name.len() == 2 && arg.get_short() == name.chars().nth(1),
+            };
+            named && arg.get_action().takes_values() && arg.get_id() != "probe"
+        })
+    };
+    let mut args = args.iter().skip(1).map(|arg| arg.to_string_lossy());
+    while let Some(arg) = args.next() {
+        if arg == "--probe" || arg.starts_with("--probe=") {
+            return true;
+        }
+        if arg == "--" || !arg.starts_with('-') {
+            return false;
+        }
+        if !arg.contains('=') && takes_value(&arg) {
+            args.next();
+        }
+    }
+    false
+}
+
+/// Where the two app-check options came from: a flag beats the other option's
+/// environment twin, as it beats its own.
+struct CheckSources {
+    http: Option<ValueSource>,
+    tcp: Option<ValueSource>,
+}
+
+fn settings(
+    cli: Cli,
+    sources: CheckSources,
+    lookup: &impl Fn(&str) -> Option<String>,
+) -> Result<Settings, String> {
+    let probe = cli.probe.map(|target| (target, cli.probe_timeout));
+    // The probe runs beside a lifeguard configured by flags it does not see (the
+    // ENTRYPOINT's); it must not refuse over settings it does not use.
+    if probe.is_none() && cli.grace <= cli.drain_delay {
         return Err(format!(
             "--grace ({}) must be longer than --drain-delay ({}): the grace deadline \
              includes the drain",
@@ -209,6 +283,28 @@ fn settings(cli: Cli, lookup: &impl Fn(&str) -> Option<String>) -> Result<Settin
     }
     // dumb-init's way to ask for the child alone (its -c).
     let single_child = cli.single_child || lookup("DUMB_INIT_SETSID").as_deref() == Some("0");
+    let flag = Some(ValueSource::CommandLine);
+    let app_check = match (cli.ready_http, cli.ready_tcp) {
+        (Some(url), Some(_)) if sources.http == flag && sources.tcp != flag => {
+            Some(AppCheckKind::Http(url))
+        }
+        (Some(_), Some((host, port))) if sources.tcp == flag && sources.http != flag => {
+            Some(AppCheckKind::Tcp(host, port))
+        }
+        (Some(_), Some(_)) => {
+            let [http, tcp] = if sources.http == flag {
+                ["--ready-http", "--ready-tcp"]
+            } else {
+                ["LIFEGUARD_READY_HTTP", "LIFEGUARD_READY_TCP"]
+            };
+            return Err(format!(
+                "{http} and {tcp} exclude each other: give one app check"
+            ));
+        }
+        (Some(url), None) => Some(AppCheckKind::Http(url)),
+        (None, Some((host, port))) => Some(AppCheckKind::Tcp(host, port)),
+        (None, None) => None,
+    };
     Ok(Settings {
         lifecycle: lifecycle::Config {
             drain_delay: cli.drain_delay,
@@ -222,17 +318,17 @@ fn settings(cli: Cli, lookup: &impl Fn(&str) -> Option<String>) -> Result<Settin
             addr: Some(DEFAULT_LISTEN.parse().expect("valid default")),
             explicit: false,
         }),
-        app_check: match (cli.ready_http, cli.ready_tcp) {
-            (Some(url), _) => Some(AppCheckKind::Http(url)),
-            (None, Some((host, port))) => Some(AppCheckKind::Tcp(host, port)),
-            (None, None) => None,
-        },
+        app_check,
         check_interval: cli.ready_interval,
-        probe: cli.probe.map(|target| (target, cli.probe_timeout)),
         pdeathsig: cli.pdeathsig,
         warn_on_reap: cli.warn_on_reap,
-        log_level: log_level(cli.verbose, cli.quiet, lookup)?,
+        log_level: match log_level(cli.verbose, cli.quiet, lookup) {
+            Ok(level) => level,
+            Err(_) if probe.is_some() => Level::Warn,
+            Err(message) => return Err(message),
+        },
         log_format: cli.log_format,
+        probe,
     })
 }
 
@@ -329,7 +425,7 @@ fn parse_http_url(text: &str) -> Result<hyper::Uri, String> {
     match (uri.scheme_str(), uri.host()) {
         (Some("http"), Some(_)) => Ok(uri),
         (Some("https"), _) => Err(format!(
-            "'{text}': https is not supported for app checks ({accepted}; check the app on its plain port)"
+            "'{text}': https is not supported ({accepted}; lifeguard carries no TLS stack: use the plain port)"
         )),
         _ => Err(format!("'{text}' is not an http URL: {accepted}")),
     }
@@ -371,7 +467,7 @@ fn parse_exit_code(text: &str) -> Result<u8, String> {
 /// The clap definition, for the man page test.
 #[cfg(test)]
 pub fn command() -> clap::Command {
-    <Cli as clap::CommandFactory>::command()
+    Cli::command()
 }
 
 #[cfg(test)]
@@ -482,6 +578,38 @@ mod tests {
     }
 
     #[test]
+    fn the_probe_ignores_settings_it_does_not_use_and_refuses_with_1() {
+        // The ENTRYPOINT's flags are not repeated in HEALTHCHECK: an image with
+        // LIFEGUARD_DRAIN_DELAY=30s and `--grace 60s` on its ENTRYPOINT.
+        ok(&["--probe"], &[("TINI_VERBOSITY", "loud")]);
+        ok(&["--drain-delay", "30s", "--probe"], &[]);
+        for args in [
+            &["--probe", "sideways"][..],
+            &["--listen", ":1", "--probe", "--bogus"],
+            &["-v", "--grace", "x", "--probe=live"],
+        ] {
+            match parse_with(args, &[]) {
+                Parsed::Exit {
+                    code: 1, message, ..
+                } => {
+                    assert!(message.contains("error"), "{message}")
+                }
+                _ => panic!("{args:?}: a probe refusal exits 1"),
+            }
+        }
+        // After COMMAND, --probe is the app's, and a refusal is a usage error.
+        for args in [&["--grace", "1s", "app", "--probe"][..], &["--", "--probe"]] {
+            let command = Cli::command();
+            let args: Vec<OsString> = std::iter::once("lifeguard")
+                .chain(args.iter().copied())
+                .map(OsString::from)
+                .collect();
+            assert!(!probe_requested(&command, &args), "{args:?}");
+        }
+        usage_error(&["--grace", "1s", "app", "--probe"], &[]);
+    }
+
+    #[test]
     fn durations_accept_units_and_plain_seconds() {
         for (text, ms) in [
             ("500ms", 500),
@@ -573,8 +701,6 @@ mod tests {
             m.contains("--ready-interval") && m.contains("above zero"),
             "{m}"
         );
-        let m = usage_error(&["--probe", "sideways"], &[]);
-        assert!(m.contains("--probe") && m.contains("live"), "{m}");
         let m = usage_error(&["app"], &[("TINI_VERBOSITY", "loud")]);
         assert!(m.contains("TINI_VERBOSITY"), "{m}");
     }

@@ -9,12 +9,18 @@
 //! Limits, so a slow or hostile client costs a socket and nothing else: a request head
 //! of at most 16 KiB (431 and close), 5 s to send it, idle keep-alive closed after 5 s,
 //! at most 1024 connections (the least recently active one makes room for a new one;
-//! fewer when the descriptor limit is lower, and running out of descriptors evicts too).
+//! fewer when the descriptor limit is lower, and running out of descriptors evicts too),
+//! small socket buffers, and a connection whose answer cannot be written for 5 s (a
+//! client that sends and never reads) is closed.
 #![forbid(unsafe_code)]
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use http_body_util::Full;
@@ -22,8 +28,10 @@ use hyper::body::{Bytes, Incoming};
 use hyper::header::{HeaderValue, ALLOW, CONTENT_TYPE};
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Notify};
+use tokio::time::Sleep;
 
 use crate::health::{self, AppCheck};
 use crate::kernel;
@@ -38,6 +46,12 @@ const MAX_HEAD: usize = 16 * 1024;
 /// idle: hyper starts this timer whenever it waits for a head.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
 pub const MAX_CONNECTIONS: usize = 1024;
+/// How long writing an answer may make no progress before the connection is dropped.
+const WRITE_STALL_LIMIT: Duration = Duration::from_secs(5);
+/// Socket buffer sizes asked of the kernel: room for the largest head, and for many
+/// answers (a `/metrics` answer is about a kilobyte).
+pub const RECEIVE_BUFFER: usize = MAX_HEAD;
+pub const SEND_BUFFER: usize = 64 * 1024;
 
 /// What the handlers read; all of it is written elsewhere (supervisor, app check).
 #[derive(Clone)]
@@ -104,7 +118,10 @@ async fn connection(
         .timer(TokioTimer::new())
         .header_read_timeout(HEAD_TIMEOUT)
         .max_buf_size(MAX_HEAD)
-        .serve_connection(TokioIo::new(stream), service);
+        // A client may send its request and shut down its side at once
+        // (`curl`-like one-shots, HTTP/1.0 tools); it still gets its answer.
+        .half_close(true)
+        .serve_connection(TokioIo::new(StallLimit::new(stream)), service);
     tokio::select! {
         _ = conn => {}
         // Evicted to make room: dropping the connection closes the socket.
@@ -159,6 +176,87 @@ fn text(status: StatusCode, mut body: String) -> Response<Full<Bytes>> {
         HeaderValue::from_static("text/plain; charset=utf-8"),
     );
     response
+}
+
+/// A stream whose writes fail once they have made no progress for
+/// `WRITE_STALL_LIMIT`: hyper bounds the time to read a head but has no write timeout,
+/// so a client that pipelines requests and never reads would hold its connection for
+/// good.
+struct StallLimit<S> {
+    inner: S,
+    stalled_since: Option<Pin<Box<Sleep>>>,
+}
+
+impl<S> StallLimit<S> {
+    fn new(inner: S) -> Self {
+        StallLimit {
+            inner,
+            stalled_since: None,
+        }
+    }
+
+    /// Passes a finished write through (progress: the clock stops); while the write is
+    /// pending, runs the clock and turns its expiry into an error.
+    fn limit<T>(&mut self, cx: &mut Context<'_>, poll: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        if poll.is_ready() {
+            self.stalled_since = None;
+            return poll;
+        }
+        let clock = self
+            .stalled_since
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(WRITE_STALL_LIMIT)));
+        match clock.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "the client stopped reading",
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for StallLimit<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for StallLimit<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.limit(cx, poll)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let poll = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.limit(cx, poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let poll = Pin::new(&mut self.inner).poll_flush(cx);
+        self.limit(cx, poll)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let poll = Pin::new(&mut self.inner).poll_shutdown(cx);
+        self.limit(cx, poll)
+    }
 }
 
 /// Open connections, to cap their number.

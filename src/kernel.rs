@@ -342,6 +342,28 @@ pub fn raise_descriptor_limit(wanted: u64) -> u64 {
     original.rlim_cur
 }
 
+/// Sets up the endpoint's listener for bursts and for hostile clients:
+/// - the longest listen backlog the host allows (somaxconn, 4096 by default; std's
+///   bind asks for 128, and a second listen() on a listening socket only changes the
+///   backlog), so a burst of connections while lifeguard waits for a core is queued,
+///   not dropped into the client's one-second SYN retry. (Asked for as -1: nix refuses
+///   numbers above the C library's SOMAXCONN, which is 128 on musl.)
+/// - small kernel buffers for its connections, which inherit the listener's: health
+///   requests and answers are a few hundred bytes, and a client that pipelines requests
+///   without reading the answers would otherwise grow them to megabytes, charged to the
+///   container's memory. (The kernel doubles the values for its bookkeeping.)
+pub fn tune_listener(
+    listener: &std::net::TcpListener,
+    receive: usize,
+    send: usize,
+) -> io::Result<()> {
+    use nix::sys::socket::{listen, setsockopt, sockopt, Backlog};
+    setsockopt(listener, sockopt::RcvBuf, &receive)?;
+    setsockopt(listener, sockopt::SndBuf, &send)?;
+    listen(listener, Backlog::MAXALLOWABLE)?;
+    Ok(())
+}
+
 pub fn own_pid() -> i32 {
     std::process::id() as i32
 }

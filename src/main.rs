@@ -121,7 +121,7 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
     let (check_tx, check_rx) = watch::channel(AppCheck::Pending);
     let stats = Arc::new(stats::Stats::default());
     let observed = http::Observed {
-        phase: phase_rx,
+        phase: phase_rx.clone(),
         check: check_rx.clone(),
         stats: stats.clone(),
     };
@@ -146,6 +146,7 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
             settings.app_check,
             settings.check_interval,
             check_tx,
+            phase_rx,
         ));
         supervisor.run(inbox).await
     });
@@ -171,6 +172,12 @@ fn bind_endpoint(listen: cli::Listen) -> anyhow::Result<Option<(std::net::TcpLis
     });
     match bound {
         Ok(listener) => {
+            // Refinements only: a listener the kernel would not tune still serves.
+            if let Err(err) =
+                kernel::tune_listener(&listener, http::RECEIVE_BUFFER, http::SEND_BUFFER)
+            {
+                logging::warn(format!("endpoint socket left untuned: {err}"), &[]);
+            }
             logging::info(
                 "endpoint listening",
                 &[("addr", &addr), ("connections", &cap)],

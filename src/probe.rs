@@ -61,14 +61,27 @@ fn target_uri(target: &ProbeTarget, listen: Listen) -> Result<hyper::Uri, String
         IpAddr::V4(ip) if ip.is_unspecified() => {
             SocketAddr::new(Ipv4Addr::LOCALHOST.into(), addr.port())
         }
+        // `[::]` also takes IPv4 unless the kernel makes IPv6 sockets v6-only
+        // (net.ipv6.bindv6only; lifeguard does not set IPV6_V6ONLY itself), and Docker
+        // starts containers without an IPv6 loopback by default: 127.0.0.1 reaches it.
         IpAddr::V6(ip) if ip.is_unspecified() => {
-            SocketAddr::new(Ipv6Addr::LOCALHOST.into(), addr.port())
+            let loopback: IpAddr = if v6_only() {
+                Ipv6Addr::LOCALHOST.into()
+            } else {
+                Ipv4Addr::LOCALHOST.into()
+            };
+            SocketAddr::new(loopback, addr.port())
         }
         _ => addr,
     };
     format!("http://{addr}{path}")
         .parse()
         .map_err(|e| format!("{addr}: {e}"))
+}
+
+/// Whether new IPv6 sockets are v6-only by default on this host.
+fn v6_only() -> bool {
+    std::fs::read_to_string("/proc/sys/net/ipv6/bindv6only").is_ok_and(|v| v.trim() == "1")
 }
 
 #[cfg(test)]
@@ -89,8 +102,18 @@ mod tests {
             addr: Some("[::]:81".parse().unwrap()),
             explicit: true,
         };
+        let expected = if v6_only() {
+            "http://[::1]:81/livez"
+        } else {
+            "http://127.0.0.1:81/livez"
+        };
+        assert_eq!(target_uri(&ProbeTarget::Live, v6).unwrap(), expected);
+        let v6_loopback = Listen {
+            addr: Some("[::1]:81".parse().unwrap()),
+            explicit: true,
+        };
         assert_eq!(
-            target_uri(&ProbeTarget::Live, v6).unwrap(),
+            target_uri(&ProbeTarget::Live, v6_loopback).unwrap(),
             "http://[::1]:81/livez"
         );
         let off = Listen {

@@ -61,6 +61,17 @@ struct Image(String);
 
 impl Image {
     fn build(name: &str, lifeguard_flags: &[&str], app_args: &[&str]) -> Image {
+        Image::build_with_env(name, &[], lifeguard_flags, app_args)
+    }
+
+    /// With `ENV` lines, which HEALTHCHECK's probe sees too (the ENTRYPOINT's flags it
+    /// does not).
+    fn build_with_env(
+        name: &str,
+        env: &[(&str, &str)],
+        lifeguard_flags: &[&str],
+        app_args: &[&str],
+    ) -> Image {
         let info = docker(&["info", "--format", "{{.ServerVersion}}"]);
         assert!(
             info.status.success(),
@@ -79,10 +90,14 @@ impl Image {
         entry.push("/testapp");
         entry.extend_from_slice(app_args);
         let quoted: Vec<String> = entry.iter().map(|a| format!("\"{a}\"")).collect();
+        let env: String = env
+            .iter()
+            .map(|(name, value)| format!("ENV {name}=\"{value}\"\n"))
+            .collect();
         std::fs::write(
             dir.join("Dockerfile"),
             format!(
-                "FROM scratch\nCOPY lifeguard /lifeguard\nCOPY testapp /testapp\n\
+                "FROM scratch\nCOPY lifeguard /lifeguard\nCOPY testapp /testapp\n{env}\
                  HEALTHCHECK --interval=1s --timeout=2s --retries=1 CMD [\"/lifeguard\", \"--probe\"]\n\
                  ENTRYPOINT [{}]\n",
                 quoted.join(", ")
@@ -208,4 +223,21 @@ fn an_app_that_ignores_sigterm_is_killed_at_the_grace_deadline_before_docker_giv
     );
     assert!(c.logs().contains("signal TERM"), "{}", c.logs());
     assert_eq!(c.inspect("{{.State.ExitCode}}"), "137");
+}
+
+#[test]
+fn the_probe_reaches_an_ipv6_any_listener_in_a_container_without_ipv6() {
+    // Docker starts containers with IPv6 off, so there is no [::1]; the `[::]` socket
+    // takes IPv4 as well.
+    let image = Image::build_with_env(
+        "ipv6-any",
+        &[("LIFEGUARD_LISTEN", "[::]:9595")],
+        &["--drain-delay", "0"],
+        &[],
+    );
+    let c = Container::run(&image);
+    assert_eq!(c.probe(), (0, "200 ready".into()), "{}", c.logs());
+    wait_until("docker to call the container healthy", || {
+        (c.inspect("{{.State.Health.Status}}") == "healthy").then_some(())
+    });
 }

@@ -106,20 +106,20 @@ fn usage_errors_exit_2_naming_the_flag_and_start_nothing() {
         (&["-p", "NOPE", "--", "true"], &["--pdeathsig", "NOPE"]),
     ];
     for (args, wanted) in cases {
-        let out = Command::new(LIFEGUARD).args(*args).output().unwrap();
+        let out = lifeguard().args(*args).output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr);
         assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
         for w in *wanted {
             assert!(err.contains(w), "{args:?}: message lacks {w:?}: {err}");
         }
     }
-    let out = Command::new(LIFEGUARD)
+    let out = lifeguard()
         .args(["--", "true"])
         .env("LIFEGUARD_GRACE", "x")
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
-    let out = Command::new(LIFEGUARD).arg("--help").output().unwrap();
+    let out = lifeguard().arg("--help").output().unwrap();
     assert_eq!(out.status.code(), Some(0));
     assert!(String::from_utf8_lossy(&out.stdout).contains("--drain-delay"));
 }
@@ -159,7 +159,7 @@ fn environment_twins_configure_lifeguard_and_flags_win() {
     run.expect_line("signal TERM");
     run.expect_exit(0);
     // A twin with a bad value is a usage error naming the flag.
-    let out = Command::new(LIFEGUARD)
+    let out = lifeguard()
         .args(["--", "true"])
         .env("LIFEGUARD_DRAIN_DELAY", "soon")
         .output()

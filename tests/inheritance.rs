@@ -147,7 +147,7 @@ fn environment_and_working_directory_are_unchanged() {
 /// Runs `shell_command` under script(1), which gives it a pseudo-terminal as its
 /// controlling terminal, and returns what it printed.
 fn on_a_terminal(shell_command: &str) -> String {
-    let out = std::process::Command::new("script")
+    let out = without_inherited_settings(&mut std::process::Command::new("script"))
         .args(["-qec", shell_command, "/dev/null"])
         // script(1) runs $SHELL -c; pin it so that whether the shell execs the command
         // (and so who leads the terminal's session) does not depend on the environment.

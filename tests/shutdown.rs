@@ -134,7 +134,7 @@ fn lifeguard_gets_its_parent_death_signal() {
     // sh starts lifeguard in the background and waits on its own stdin; closing that
     // stdin ends sh, and the kernel sends lifeguard the -p signal.
     let cmd = format!("{LIFEGUARD} -p TERM --drain-delay 0 -- {TESTAPP} </dev/null & read line");
-    let mut sh = std::process::Command::new("sh")
+    let mut sh = without_inherited_settings(&mut std::process::Command::new("sh"))
         .args(["-c", &cmd])
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())

@@ -81,6 +81,29 @@ pub fn start(mode: Mode, args: &[&str]) -> Run {
     start_with(mode, args, |_| {})
 }
 
+/// Removes every LIFEGUARD_*, TINI_* and DUMB_INIT_* variable of the test's own
+/// environment from `cmd` (lifeguard, or a wrapper that passes its environment on): a
+/// developer's or a CI machine's settings must not change what the tests see.
+pub fn without_inherited_settings(cmd: &mut Command) -> &mut Command {
+    for (name, _) in std::env::vars_os() {
+        let text = name.to_string_lossy();
+        if ["LIFEGUARD_", "TINI_", "DUMB_INIT_"]
+            .iter()
+            .any(|prefix| text.starts_with(prefix))
+        {
+            cmd.env_remove(&name);
+        }
+    }
+    cmd
+}
+
+/// The lifeguard binary as a Command, free of inherited settings.
+pub fn lifeguard() -> Command {
+    let mut cmd = Command::new(LIFEGUARD);
+    without_inherited_settings(&mut cmd);
+    cmd
+}
+
 /// Starts lifeguard with `args`; `tweak` may set the environment, stdin and so on.
 pub fn start_with(mode: Mode, args: &[&str], tweak: impl FnOnce(&mut Command)) -> Run {
     let mut cmd = match mode {
@@ -92,6 +115,7 @@ pub fn start_with(mode: Mode, args: &[&str], tweak: impl FnOnce(&mut Command)) -
         }
         Mode::Subreaper => Command::new(LIFEGUARD),
     };
+    without_inherited_settings(&mut cmd);
     // The endpoint is off unless a test asks for it with --listen (the flag wins over
     // its environment twin): parallel tests would fight over the default port.
     cmd.args(args)
@@ -142,7 +166,7 @@ pub fn start_under(mode: Mode, wrapper: &[&str], args: &[&str]) -> Run {
             .args(&wrapper[1..])
             .arg(c.get_program())
             .args(c.get_args());
-        wrapped.env("LIFEGUARD_LISTEN", "off");
+        without_inherited_settings(&mut wrapped).env("LIFEGUARD_LISTEN", "off");
         wrapped
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
