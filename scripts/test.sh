@@ -12,10 +12,11 @@ need_root() {
 }
 need_root
 
-# Debian packages the tests call: unshare and script (util-linux), env with
-# --block-signal (coreutils >= 8.31), sh, grep, a C compiler for crates that build C.
+# Debian packages the tests call: unshare, script, setpriv and prlimit (util-linux),
+# env with --block-signal and timeout (coreutils >= 8.31), sh, grep, a C compiler for
+# crates that build C.
 missing=()
-for tool in unshare script env sh grep cc; do
+for tool in unshare script setpriv prlimit timeout env sh grep cc; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
 if [ ${#missing[@]} -gt 0 ]; then

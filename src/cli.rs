@@ -28,12 +28,12 @@ const DURATION_FORM: &str = "a duration like 500ms, 5s, 2m or a plain number of 
 struct Cli {
     /// After SIGTERM: time spent not-ready before the stop signal is relayed
     #[arg(long, env = "LIFEGUARD_DRAIN_DELAY", value_name = "DUR", default_value = "5s",
-          value_parser = parse_duration)]
+          value_parser = parse_duration, allow_negative_numbers = true)]
     drain_delay: Duration,
 
     /// Deadline counted from SIGTERM (drain included); then SIGKILL. Must exceed the drain delay
     #[arg(long, env = "LIFEGUARD_GRACE", value_name = "DUR", default_value = "25s",
-          value_parser = parse_duration)]
+          value_parser = parse_duration, allow_negative_numbers = true)]
     grace: Duration,
 
     /// Health and metrics endpoint address (HOST:PORT, :PORT), or `off`. Default 0.0.0.0:9595
@@ -50,7 +50,7 @@ struct Cli {
 
     /// How often the app check runs; it also times out after this long
     #[arg(long, env = "LIFEGUARD_READY_INTERVAL", value_name = "DUR", default_value = "1s",
-          value_parser = parse_positive_duration)]
+          value_parser = parse_positive_duration, allow_negative_numbers = true)]
     ready_interval: Duration,
 
     /// Client mode for HEALTHCHECK: GET lifeguard's own /readyz (ready), /livez (live), or
@@ -61,7 +61,7 @@ struct Cli {
 
     /// How long --probe waits for the answer
     #[arg(long, env = "LIFEGUARD_PROBE_TIMEOUT", value_name = "DUR", default_value = "2s",
-          value_parser = parse_positive_duration)]
+          value_parser = parse_positive_duration, allow_negative_numbers = true)]
     probe_timeout: Duration,
 
     /// Signal only the direct child, not its process group (dumb-init -c)
@@ -75,7 +75,7 @@ struct Cli {
 
     /// Report exit CODE as 0 (tini -e); repeatable
     #[arg(short = 'e', long, env = "LIFEGUARD_REMAP_EXIT", value_name = "CODE",
-          value_delimiter = ',', value_parser = parse_exit_code)]
+          value_delimiter = ',', value_parser = parse_exit_code, allow_negative_numbers = true)]
     remap_exit: Vec<u8>,
 
     /// Signal lifeguard gets when its parent dies (tini -p)
@@ -144,6 +144,21 @@ pub enum AppCheckKind {
     Tcp(String, u16),
 }
 
+impl AppCheckKind {
+    /// Whether the check names a host rather than an IP address, so that each check
+    /// starts with a name lookup (a blocking call, run on a thread of its own).
+    pub fn needs_name_lookup(&self) -> bool {
+        let host = match self {
+            AppCheckKind::Http(uri) => uri.host().unwrap_or_default(),
+            AppCheckKind::Tcp(host, _) => host,
+        };
+        host.trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_err()
+    }
+}
+
 /// Everything lifeguard needs to run, validated.
 #[derive(Debug)]
 pub struct Settings {
@@ -203,14 +218,22 @@ pub fn parse(
         command = command.mut_arg(id, |arg| arg.env(None));
     }
     let parsed = command
-        .try_get_matches_from(args)
+        .try_get_matches_from(&args)
         .and_then(|matches| Ok((Cli::from_arg_matches(&matches)?, matches)));
     let (cli, matches) = match parsed {
         Ok(parsed) => parsed,
         Err(err) => {
             let to_stdout = !err.use_stderr();
+            let mut message = err.render().to_string();
+            if let Some(variable) = blamed_variable(&Cli::command(), &err, &args, &lookup) {
+                message = message.replacen(
+                    '\n',
+                    &format!("\n  (the value comes from the environment variable {variable})\n"),
+                    1,
+                );
+            }
             return Parsed::Exit {
-                message: err.render().to_string(),
+                message,
                 code: if to_stdout { 0 } else { refusal_code },
                 to_stdout,
             };
@@ -228,6 +251,37 @@ pub fn parse(
             to_stdout: false,
         },
     }
+}
+
+/// The environment twin a refused value came from, when the flag itself was not given:
+/// clap's message names only the flag, and the user would look for it in vain on the
+/// command line.
+fn blamed_variable(
+    command: &clap::Command,
+    err: &clap::Error,
+    args: &[OsString],
+    lookup: &impl Fn(&str) -> Option<String>,
+) -> Option<String> {
+    let clap::error::ContextValue::String(invalid) =
+        err.get(clap::error::ContextKind::InvalidArg)?
+    else {
+        return None;
+    };
+    let long = invalid.split_whitespace().next()?.strip_prefix("--")?;
+    let arg = command
+        .get_arguments()
+        .find(|a| a.get_long() == Some(long))?;
+    let variable = arg.get_env()?.to_string_lossy().into_owned();
+    let flag = format!("--{long}");
+    let given = args.iter().skip(1).any(|a| {
+        let a = a.to_string_lossy();
+        a == flag
+            || a.starts_with(&format!("{flag}="))
+            || arg
+                .get_short()
+                .is_some_and(|short| a.starts_with(&format!("-{short}")))
+    });
+    (!given && lookup(&variable).is_some()).then_some(variable)
 }
 
 /// Whether the arguments ask for probe mode; read before parsing, so that a refusal

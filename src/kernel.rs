@@ -256,6 +256,15 @@ pub fn reblock_every_signal() {
     let _ = kernel_mask(libc::SIG_SETMASK, EVERY_SIGNAL);
 }
 
+/// Makes SIGCHLD lifeguard's to hear of. Inherited ignored (`env --ignore-signal=CHLD`,
+/// some job runners), it would make the kernel reap lifeguard's children itself
+/// (wait(2), "POSIX.1-2001 ... SIGCHLD set to SIG_IGN"): the app's exit would never be
+/// reported and its status lost. The app still inherits it ignored: spawn_app puts back
+/// what the constructor captured.
+pub fn hear_children() {
+    set_disposition(libc::SIGCHLD, libc::SIG_DFL);
+}
+
 impl SignalInbox {
     /// Hands the inbox to the runtime's reactor so the loop can await it.
     pub fn into_async(self) -> io::Result<tokio::io::unix::AsyncFd<SignalInbox>> {

@@ -68,8 +68,10 @@ enum Message {
 /// mask and must never take a signal meant for the app.
 pub fn start_writer() {
     let (tx, rx) = mpsc::sync_channel::<Message>(QUEUE_LINES);
+    let (blocked_tx, blocked) = mpsc::channel();
     let spawned = std::thread::Builder::new().name("log".into()).spawn(move || {
         crate::kernel::reblock_every_signal();
+        let _ = blocked_tx.send(());
         for message in rx {
             match message {
                 Message::Line(line) => write_stderr(&line),
@@ -84,6 +86,9 @@ pub fn start_writer() {
         }
     });
     if spawned.is_ok() {
+        // Until the thread has re-blocked the C library's reserved signals, one of them
+        // would be delivered to it, with its default action (see main: the runtime).
+        let _ = blocked.recv();
         let _ = QUEUE.set(tx);
     }
 }

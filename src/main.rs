@@ -23,7 +23,7 @@ use std::time::Duration;
 use anyhow::Context;
 use tokio::sync::watch;
 
-use crate::cli::{Parsed, Settings};
+use crate::cli::{AppCheckKind, Parsed, Settings};
 use crate::health::AppCheck;
 use crate::lifecycle::{Lifecycle, Phase};
 use crate::supervisor::Supervisor;
@@ -81,6 +81,7 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
     kernel::guard_standard_descriptors();
     // First, before any thread exists (the runtime starts none, but a resolver might).
     let inbox = kernel::SignalInbox::block_all().context("blocking signals")?;
+    kernel::hear_children();
     logging::start_writer();
     kernel::reblock_every_signal();
     if let Some(signal) = settings.pdeathsig {
@@ -92,10 +93,25 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
             logging::warn(format!("cannot become a child subreaper: {err}"), &[]);
         }
     }
+    // The C library starts every thread with its reserved signals (32-34) unblocked,
+    // and such a signal would go to that thread with its default action: death. Every
+    // runtime thread (only name lookups for an app check start any: tokio's blocking
+    // pool) re-blocks them first thing, and the one lookup thread is started before
+    // the app and kept, so no thread is born while the app runs.
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
+        .on_thread_start(kernel::reblock_every_signal)
+        .max_blocking_threads(1)
+        .thread_keep_alive(Duration::from_secs(365 * 86400))
         .build()
         .context("starting the runtime")?;
+    if settings
+        .app_check
+        .as_ref()
+        .is_some_and(AppCheckKind::needs_name_lookup)
+    {
+        let _ = runtime.block_on(runtime.spawn_blocking(|| ()));
+    }
     // Bound before the app starts, so an unusable explicit address stops everything
     // with 125 and nothing is left half-started (DESIGN §4).
     let listener = bind_endpoint(settings.listen)?;
@@ -107,9 +123,21 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
         Err(err) => {
             // The child may have taken the foreground before its exec failed.
             kernel::restore_terminal(terminal);
-            let code = match err.kind() {
-                std::io::ErrorKind::NotFound => EXIT_NOT_FOUND,
-                _ => EXIT_CANNOT_EXECUTE,
+            // As a shell: 127 not found, 126 found but not executable; a failure to
+            // fork or to set the child up is lifeguard's own (125).
+            let code = match err.raw_os_error() {
+                Some(libc::ENOENT) => EXIT_NOT_FOUND,
+                Some(
+                    libc::EACCES
+                    | libc::EPERM
+                    | libc::ENOEXEC
+                    | libc::EISDIR
+                    | libc::ENOTDIR
+                    | libc::ELOOP
+                    | libc::ETXTBSY
+                    | libc::ENAMETOOLONG,
+                ) => EXIT_CANNOT_EXECUTE,
+                _ => EXIT_SETUP_FAILED,
             };
             logging::error(format!("cannot run '{program}': {err}"), &[("code", &code)]);
             return Ok(code);

@@ -19,6 +19,7 @@ pub const KILL: Signal = Signal(libc::SIGKILL);
 pub const TERM: Signal = Signal(libc::SIGTERM);
 pub const CHLD: Signal = Signal(libc::SIGCHLD);
 pub const CONT: Signal = Signal(libc::SIGCONT);
+pub const STOP: Signal = Signal(libc::SIGSTOP);
 
 const NAMES: &[(&str, i32)] = &[
     ("HUP", libc::SIGHUP),

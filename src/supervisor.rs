@@ -222,7 +222,16 @@ impl Supervisor {
             return;
         }
         let target = if group { -self.app_pid } else { self.app_pid };
-        let result = kernel::send(target, self.deliverable(signal));
+        let result = if is_job_control(signal) {
+            self.stop_for_real(signal, group)
+        } else {
+            kernel::send(target, signal)
+        };
+        if relay && result.is_ok() {
+            // A stopped app would sit on the stop signal until the deadline's SIGKILL;
+            // SIGCONT lets it act on it (as systemd does after its stop signal).
+            let _ = kernel::send(target, signals::CONT);
+        }
         let to = if group { "group" } else { "child" };
         match result {
             Ok(()) => {
@@ -238,16 +247,33 @@ impl Supervisor {
     }
 
     /// The app runs in a session of its own, so its process group is orphaned, and the
-    /// kernel discards TSTP/TTIN/TTOU sent to an orphaned group whose default action
-    /// would stop it (POSIX; kernel/signal.c, is_current_pgrp_orphaned). An app that
-    /// neither catches nor blocks them gets SIGSTOP instead, so it really stops, as under dumb-init.
-    fn deliverable(&self, signal: Signal) -> Signal {
-        let job_control = [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU].contains(&signal.0);
-        if job_control && !kernel::handles(self.app_pid, signal) {
-            Signal(libc::SIGSTOP)
+    /// kernel discards TSTP/TTIN/TTOU sent to an orphaned group's members whose default
+    /// action would stop them (POSIX; kernel/signal.c, is_current_pgrp_orphaned). So
+    /// each member is sent the signal itself if it catches or blocks it, and SIGSTOP
+    /// otherwise, as a terminal's Ctrl-Z would stop a group that is not orphaned: behind
+    /// `sh -c`, the shell stops and the app runs its handler.
+    fn stop_for_real(&self, signal: Signal, group: bool) -> std::io::Result<()> {
+        let members: Vec<i32> = if group {
+            kernel::descendants()
+                .into_iter()
+                .filter(|d| d.pgid == self.app_pid)
+                .map(|d| d.pid)
+                .collect()
         } else {
-            signal
+            vec![self.app_pid]
+        };
+        let mut result = Err(std::io::Error::from_raw_os_error(libc::ESRCH));
+        for pid in members {
+            let deliverable = if kernel::handles(pid, signal) {
+                signal
+            } else {
+                signals::STOP
+            };
+            if kernel::send(pid, deliverable).is_ok() {
+                result = Ok(());
+            }
         }
+        result
     }
 
     fn signal_remaining(&mut self, signal: Signal, spare_app_group: bool) {
@@ -257,6 +283,8 @@ impl Supervisor {
                 continue;
             }
             if kernel::send(d.pid, signal).is_ok() {
+                // Stopped leftovers must be able to act on it (see forward).
+                let _ = kernel::send(d.pid, signals::CONT);
                 sent += 1;
             }
         }
@@ -305,4 +333,8 @@ fn status_text(status: AppStatus) -> String {
         AppStatus::Exited(code) => format!("exit {code}"),
         AppStatus::Killed(sig) => format!("killed by {sig}"),
     }
+}
+
+fn is_job_control(signal: Signal) -> bool {
+    [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU].contains(&signal.0)
 }

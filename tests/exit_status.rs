@@ -104,6 +104,12 @@ fn usage_errors_exit_2_naming_the_flag_and_start_nothing() {
         ),
         (&["-r", "TERM", "--", "true"], &["--rewrite", "FROM:TO"]),
         (&["-p", "NOPE", "--", "true"], &["--pdeathsig", "NOPE"]),
+        // Negative numbers reach the flag's own check instead of reading as flags.
+        (
+            &["--drain-delay", "-1", "--", "true"],
+            &["--drain-delay", "500ms"],
+        ),
+        (&["-e", "-1", "--", "true"], &["--remap-exit", "0 to 255"]),
     ];
     for (args, wanted) in cases {
         let out = lifeguard().args(*args).output().unwrap();
@@ -158,12 +164,41 @@ fn environment_twins_configure_lifeguard_and_flags_win() {
     run.signal(libc::SIGTERM);
     run.expect_line("signal TERM");
     run.expect_exit(0);
-    // A twin with a bad value is a usage error naming the flag.
+    // A twin with a bad value is a usage error naming the flag and the variable.
     let out = lifeguard()
         .args(["--", "true"])
         .env("LIFEGUARD_DRAIN_DELAY", "soon")
         .output()
         .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--drain-delay"));
+    assert!(
+        err.contains("--drain-delay") && err.contains("LIFEGUARD_DRAIN_DELAY"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_failure_to_start_the_app_is_lifeguards_own_125() {
+    require_root();
+    // An unprivileged user allowed a single process: lifeguard runs, and its fork of the
+    // app fails (EAGAIN). That is not the app's fault (126 is for a COMMAND that cannot
+    // be executed). The binary is copied where that user can reach it.
+    let dir = std::env::temp_dir().join(format!("lifeguard-nproc-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let bin = dir.join("lifeguard");
+    std::fs::copy(LIFEGUARD, &bin).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let out = without_inherited_settings(&mut Command::new("setpriv"))
+        .args(["--reuid=54321", "--regid=54321", "--clear-groups"])
+        .args(["prlimit", "--nproc=1:1"])
+        .arg(&bin)
+        .args(["--listen", "off", "--", "true"])
+        .output()
+        .expect("setpriv and prlimit from util-linux are needed for this test");
+    std::fs::remove_dir_all(&dir).unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{err}");
+    assert!(err.contains("cannot run 'true'"), "{err}");
 }

@@ -136,6 +136,7 @@ fn lifeguard_gets_its_parent_death_signal() {
     let cmd = format!("{LIFEGUARD} -p TERM --drain-delay 0 -- {TESTAPP} </dev/null & read line");
     let mut sh = without_inherited_settings(&mut std::process::Command::new("sh"))
         .args(["-c", &cmd])
+        .env("LIFEGUARD_LISTEN", "off")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .spawn()

@@ -188,4 +188,87 @@ fn signals_the_c_library_reserves_are_forwarded_not_fatal_to_lifeguard() {
         run.signal(32);
         run.expect_exit(128 + 32);
     }
+    // With an app check naming a host, lookups run on a thread of their own, which the
+    // C library starts with signal 32 unblocked: lifeguard must re-block it there too.
+    let mut run = start(
+        Mode::Subreaper,
+        &args(
+            &["--ready-tcp", "localhost:9", "--ready-interval", "50ms"],
+            &["--default-signal", "32"],
+        ),
+    );
+    run.ready();
+    let pid = run.pid;
+    wait_until("lifeguard's lookup thread to exist", || {
+        let threads = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.count();
+        (threads >= 3).then_some(())
+    });
+    run.signal(32);
+    run.expect_exit(128 + 32);
+}
+
+#[test]
+fn signals_reach_the_whole_group_behind_a_shell_and_only_the_shell_with_c() {
+    let script = format!("{TESTAPP}; true");
+    for mode in MODES {
+        // The shell is the direct child, the app a member of its group: USR1 reaches
+        // both (the shell dies of it, the app prints it).
+        let mut run = start(mode, &["--", "sh", "-c", &script]);
+        run.ready();
+        run.signal(libc::SIGUSR1);
+        run.expect_line("signal USR1");
+        run.expect_exit(128 + libc::SIGUSR1);
+        // With -c only the shell gets it; the app hears of nothing but the SIGTERM that
+        // what the shell left behind gets when the shell is gone.
+        let mut run = start(mode, &["-c", "--", "sh", "-c", &script]);
+        run.ready();
+        run.signal(libc::SIGUSR1);
+        run.expect_line("signal TERM");
+        run.expect_exit(128 + libc::SIGUSR1);
+        assert!(
+            !run.stdout().iter().any(|l| l == "signal USR1"),
+            "{}",
+            run.transcript()
+        );
+    }
+}
+
+#[test]
+fn behind_a_shell_sigtstp_stops_the_shell_and_reaches_the_apps_handler() {
+    // Each member of the group gets TSTP if it takes it and SIGSTOP otherwise, as a
+    // terminal's Ctrl-Z would do to a group that is not orphaned.
+    let script = format!("{TESTAPP} --ignore-stop; true");
+    let mut run = start(Mode::Subreaper, &["--", "sh", "-c", &script]);
+    run.ready();
+    let shell = run.app_pid();
+    run.signal(libc::SIGTSTP);
+    run.expect_line("signal TSTP");
+    wait_until("the shell to stop", || {
+        (state(shell) == Some('T')).then_some(())
+    });
+    run.signal(libc::SIGCONT);
+    wait_until("the shell to resume", || {
+        matches!(state(shell), Some('S' | 'R')).then_some(())
+    });
+    run.signal(libc::SIGINT);
+    run.expect_line("signal INT");
+    run.expect_exit(128 + libc::SIGINT);
+}
+
+#[test]
+fn a_stopped_app_still_acts_on_the_stop_signal() {
+    for mode in MODES {
+        let mut run = start(mode, &args(&["--drain-delay", "0", "--grace", "10s"], &[]));
+        run.ready();
+        let app = run.app_pid();
+        run.signal(libc::SIGTSTP);
+        wait_until("the app to stop", || {
+            (state(app) == Some('T')).then_some(())
+        });
+        // SIGCONT follows the relayed SIGTERM, so the app handles it and exits 0
+        // instead of waiting, stopped, for the SIGKILL at the deadline (137).
+        run.signal(libc::SIGTERM);
+        run.expect_line("signal TERM");
+        run.expect_exit(0);
+    }
 }

@@ -158,14 +158,31 @@ pub fn start_with(mode: Mode, args: &[&str], tweak: impl FnOnce(&mut Command)) -
 
 /// Starts lifeguard through `wrapper` (e.g. `env --block-signal=USR2`, `prlimit
 /// --nofile=128:128`), which then execs it: lifeguard inherits what the wrapper sets.
+/// As PID 1 the wrapper runs inside `unshare`, which would otherwise undo some of it
+/// (it resets SIGCHLD to wait for its child).
 pub fn start_under(mode: Mode, wrapper: &[&str], args: &[&str]) -> Run {
     let wrapper: Vec<String> = wrapper.iter().map(|s| s.to_string()).collect();
     start_with(mode, args, move |c| {
-        let mut wrapped = Command::new(&wrapper[0]);
-        wrapped
-            .args(&wrapper[1..])
-            .arg(c.get_program())
-            .args(c.get_args());
+        let program = c.get_program().to_owned();
+        let original: Vec<std::ffi::OsString> = c.get_args().map(|a| a.to_owned()).collect();
+        // As PID 1: unshare's own options, then lifeguard and its arguments.
+        let lifeguard_at = original.iter().position(|a| a == LIFEGUARD).unwrap_or(0);
+        let mut wrapped = Command::new(if mode == Mode::Pid1 {
+            program.as_os_str()
+        } else {
+            std::ffi::OsStr::new(&wrapper[0])
+        });
+        match mode {
+            Mode::Pid1 => {
+                wrapped
+                    .args(&original[..lifeguard_at])
+                    .args(&wrapper)
+                    .args(&original[lifeguard_at..]);
+            }
+            Mode::Subreaper => {
+                wrapped.args(&wrapper[1..]).arg(&program).args(&original);
+            }
+        }
         without_inherited_settings(&mut wrapped).env("LIFEGUARD_LISTEN", "off");
         wrapped
             .stdin(Stdio::null())
@@ -321,7 +338,9 @@ impl Run {
                 });
             }
             if Instant::now() > until {
-                let _ = self.child.kill();
+                // As PID 1 the child is unshare: killing it alone would leave lifeguard
+                // and the app running.
+                self.terminate();
                 panic!(
                     "[{:?}] lifeguard did not exit\n{}",
                     self.mode,
@@ -345,10 +364,10 @@ impl Run {
     }
 }
 
-impl Drop for Run {
-    fn drop(&mut self) {
-        // A failed test must not leave lifeguard (or, through it, the app) behind.
-        if self.child.try_wait().ok().flatten().is_none() {
+impl Run {
+    /// SIGKILL to lifeguard, everything below it, and the child this run started.
+    fn terminate(&mut self) {
+        if self.pid > 1 {
             let doomed = descendants(self.pid);
             // SAFETY: kill with pids this run started (all > 1).
             unsafe {
@@ -357,8 +376,17 @@ impl Drop for Run {
                     libc::kill(pid, libc::SIGKILL);
                 }
             }
-            let _ = self.child.kill();
-            let _ = self.child.wait();
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        // A failed test must not leave lifeguard (or, through it, the app) behind.
+        if self.child.try_wait().ok().flatten().is_none() {
+            self.terminate();
         }
     }
 }
