@@ -196,12 +196,8 @@ impl Supervisor {
             // The app has been reaped, so its pid (and, once its group is empty, its
             // group id) may belong to an unrelated process by now: signal the members
             // of its group still running one by one, or, with -c, nobody.
-            let remaining: Vec<i32> = if group {
-                kernel::descendants()
-                    .into_iter()
-                    .filter(|d| d.pgid == self.app_pid)
-                    .map(|d| d.pid)
-                    .collect()
+            let remaining = if group {
+                self.group_members()
             } else {
                 Vec::new()
             };
@@ -253,12 +249,8 @@ impl Supervisor {
     /// otherwise, as a terminal's Ctrl-Z would stop a group that is not orphaned: behind
     /// `sh -c`, the shell stops and the app runs its handler.
     fn stop_for_real(&self, signal: Signal, group: bool) -> std::io::Result<()> {
-        let members: Vec<i32> = if group {
-            kernel::descendants()
-                .into_iter()
-                .filter(|d| d.pgid == self.app_pid)
-                .map(|d| d.pid)
-                .collect()
+        let members = if group {
+            self.group_members()
         } else {
             vec![self.app_pid]
         };
@@ -274,6 +266,15 @@ impl Supervisor {
             }
         }
         result
+    }
+
+    /// The live members of the app's process group (all of them are below lifeguard).
+    fn group_members(&self) -> Vec<i32> {
+        kernel::descendants()
+            .into_iter()
+            .filter(|d| d.pgid == self.app_pid)
+            .map(|d| d.pid)
+            .collect()
     }
 
     fn signal_remaining(&mut self, signal: Signal, spare_app_group: bool) {
