@@ -73,14 +73,6 @@ async fn once(check: &AppCheckKind) -> Result<(), String> {
             (200..=299, _) => Ok(()),
             (status, _) => Err(format!("GET {uri} answered {status}")),
         },
-        AppCheckKind::Tcp(host, port) => tokio::net::TcpStream::connect((host.as_str(), *port))
-            .await
-            .map(drop)
-            .map_err(|e| {
-                format!(
-                    "cannot connect to {host}:{port}: {}",
-                    e.kind().to_string().to_lowercase()
-                )
-            }),
+        AppCheckKind::Tcp(host, port) => http_client::connect(host, *port).await.map(drop),
     }
 }

@@ -2,6 +2,9 @@
 //! connection per request, status and body back, bounded by the caller's timeout.
 #![forbid(unsafe_code)]
 
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use http_body_util::{BodyExt, Empty, Limited};
 use hyper::body::Bytes;
 use hyper::Uri;
@@ -11,15 +14,52 @@ use tokio::net::TcpStream;
 /// Bodies longer than this are cut: a health answer is a word or two.
 const MAX_BODY: usize = 64 * 1024;
 
+/// Set while a name lookup runs on the runtime's one lookup thread (see main). A lookup
+/// cannot be cancelled, so while one hangs (a resolver that never answers) the checks
+/// fail at once instead of queueing a lookup per interval behind it.
+static LOOKUP_RUNNING: AtomicBool = AtomicBool::new(false);
+
+/// Connects to `host` (an IP address, `[IPv6]`, or a name looked up on the blocking
+/// thread) and `port`. Errors are one-line reasons.
+pub async fn connect(host: &str, port: u16) -> Result<TcpStream, String> {
+    // Brackets come with IPv6 hosts in URIs; the address is what is inside.
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let addrs: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) => {
+            if LOOKUP_RUNNING.swap(true, Ordering::AcqRel) {
+                return Err(format!("the previous lookup of {bare} has not finished"));
+            }
+            let name = bare.to_string();
+            let found = tokio::task::spawn_blocking(move || {
+                let found = (name.as_str(), port).to_socket_addrs();
+                // Cleared when the lookup ends, even if nobody waits for it any more.
+                LOOKUP_RUNNING.store(false, Ordering::Release);
+                found.map(|addrs| addrs.collect())
+            })
+            .await;
+            match found {
+                Ok(Ok(addrs)) => addrs,
+                Ok(Err(e)) => return Err(format!("cannot look up {bare}: {}", short(&e))),
+                Err(e) => return Err(format!("cannot look up {bare}: {e}")),
+            }
+        }
+    };
+    let mut failure = String::from("no address");
+    for addr in addrs {
+        match TcpStream::connect(addr).await {
+            Ok(stream) => return Ok(stream),
+            Err(e) => failure = short(&e),
+        }
+    }
+    Err(format!("cannot connect to {host}:{port}: {failure}"))
+}
+
 /// GETs `uri` (http only). Errors are one-line reasons for logs and `/readyz`.
 pub async fn get(uri: &Uri) -> Result<(u16, String), String> {
     let host = uri.host().ok_or_else(|| format!("{uri} has no host"))?;
     let port = uri.port_u16().unwrap_or(80);
-    // Brackets come with IPv6 hosts in URIs; connect wants the bare address.
-    let bare = host.trim_start_matches('[').trim_end_matches(']');
-    let stream = TcpStream::connect((bare, port))
-        .await
-        .map_err(|e| format!("cannot connect to {host}:{port}: {}", short(&e)))?;
+    let stream = connect(host, port).await?;
     let _ = stream.set_nodelay(true);
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -55,4 +95,29 @@ fn short(err: &std::io::Error) -> String {
     let text = err.to_string();
     let text = text.split(" (os error").next().unwrap_or(&text);
     text.to_lowercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_lookup_queues_behind_one_still_running() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        // As if a lookup hung on the one lookup thread.
+        LOOKUP_RUNNING.store(true, Ordering::Release);
+        let refused = rt.block_on(connect("app.invalid", 80)).unwrap_err();
+        assert!(refused.contains("has not finished"), "{refused}");
+        // Addresses need no lookup and still go through.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        rt.block_on(connect("127.0.0.1", port)).unwrap();
+        LOOKUP_RUNNING.store(false, Ordering::Release);
+        // A finished lookup clears the mark, whether it found the name or not.
+        let _ = rt.block_on(connect("localhost", port));
+        assert!(!LOOKUP_RUNNING.load(Ordering::Acquire));
+    }
 }

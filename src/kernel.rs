@@ -427,12 +427,13 @@ pub enum AppTerminal {
     /// (lifeguard led the terminal's session and let go of it, or the terminal was
     /// nobody's).
     OwnSession,
-    /// lifeguard is a member, not the leader, of the terminal's session (started from an
-    /// interactive shell, or by `script -c`): a new session could not take the terminal,
-    /// which stays its leader's. The app gets a process group of its own in lifeguard's
-    /// session instead and becomes the foreground group, as under tini. `previous` is
-    /// the group that was in the foreground, given the terminal back when lifeguard is
-    /// done so that the shell that started it can read from it again.
+    /// lifeguard is a member, not the leader, of the terminal's session, in its
+    /// foreground group (started from an interactive shell, or by `script -c`): a new
+    /// session could not take the terminal, which stays its leader's. The app gets a
+    /// process group of its own in lifeguard's session instead and becomes the
+    /// foreground group, as under tini. `previous` (lifeguard's own group) gets the
+    /// terminal back when lifeguard is done, so the shell that started it can read from
+    /// it again. A lifeguard in the background (`lifeguard ... &`) takes nothing.
     ForegroundGroup { previous: i32 },
 }
 
@@ -446,12 +447,12 @@ pub fn release_terminal(inbox: &SignalInbox) -> AppTerminal {
     let own_session = nix::unistd::getsid(None).ok();
     let leader = own_session == Some(nix::unistd::getpid());
     let terminal_session = nix::sys::termios::tcgetsid(io::stdin()).ok();
-    if terminal_session.is_some() && terminal_session == own_session && !leader {
-        if let Ok(previous) = nix::unistd::tcgetpgrp(io::stdin()) {
-            return AppTerminal::ForegroundGroup {
-                previous: previous.as_raw(),
-            };
-        }
+    let own_group = nix::unistd::getpgrp();
+    let in_foreground = nix::unistd::tcgetpgrp(io::stdin()).ok() == Some(own_group);
+    if terminal_session.is_some() && terminal_session == own_session && !leader && in_foreground {
+        return AppTerminal::ForegroundGroup {
+            previous: own_group.as_raw(),
+        };
     }
     // SAFETY: TIOCNOTTY takes no argument; it fails harmlessly if stdin is not our
     // controlling terminal.
@@ -611,8 +612,9 @@ pub fn kill_everything_in_namespace() {
     }
 }
 
-/// Whether `pid` takes `signal` itself: a handler installed or the signal blocked (to be
-/// read with sigwait/signalfd): SigCgt and SigBlk in /proc/PID/status.
+/// Whether `signal`'s default action does not apply to `pid`: a handler installed, the
+/// signal blocked (to be read with sigwait/signalfd) or ignored: SigCgt, SigBlk and
+/// SigIgn in /proc/PID/status.
 pub fn handles(pid: i32, signal: Signal) -> bool {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) else {
         return false;
@@ -624,7 +626,7 @@ pub fn handles(pid: i32, signal: Signal) -> bool {
             .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
             .unwrap_or(0)
     };
-    (bits("SigCgt:") | bits("SigBlk:")) & (1 << (signal.0 - 1)) != 0
+    (bits("SigCgt:") | bits("SigBlk:") | bits("SigIgn:")) & (1 << (signal.0 - 1)) != 0
 }
 
 /// A live process below lifeguard.

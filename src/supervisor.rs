@@ -203,6 +203,9 @@ impl Supervisor {
             };
             for pid in &remaining {
                 let _ = kernel::send(*pid, signal);
+                if relay && !is_stop(signal) {
+                    let _ = kernel::send(*pid, signals::CONT);
+                }
             }
             if !remaining.is_empty() {
                 self.stats.signal_forwarded(signal);
@@ -223,9 +226,10 @@ impl Supervisor {
         } else {
             kernel::send(target, signal)
         };
-        if relay && result.is_ok() {
+        if relay && result.is_ok() && !is_stop(signal) {
             // A stopped app would sit on the stop signal until the deadline's SIGKILL;
-            // SIGCONT lets it act on it (as systemd does after its stop signal).
+            // SIGCONT lets it act on it (as systemd does after its stop signal). Not
+            // when the stop signal was rewritten to one that stops: that would undo it.
             let _ = kernel::send(target, signals::CONT);
         }
         let to = if group { "group" } else { "child" };
@@ -245,8 +249,8 @@ impl Supervisor {
     /// The app runs in a session of its own, so its process group is orphaned, and the
     /// kernel discards TSTP/TTIN/TTOU sent to an orphaned group's members whose default
     /// action would stop them (POSIX; kernel/signal.c, is_current_pgrp_orphaned). So
-    /// each member is sent the signal itself if it catches or blocks it, and SIGSTOP
-    /// otherwise, as a terminal's Ctrl-Z would stop a group that is not orphaned: behind
+    /// each member is sent the signal itself if it catches, blocks or ignores it, and
+    /// SIGSTOP otherwise, as a terminal's Ctrl-Z would stop a group that is not orphaned: behind
     /// `sh -c`, the shell stops and the app runs its handler.
     fn stop_for_real(&self, signal: Signal, group: bool) -> std::io::Result<()> {
         let members = if group {
@@ -338,4 +342,8 @@ fn status_text(status: AppStatus) -> String {
 
 fn is_job_control(signal: Signal) -> bool {
     [libc::SIGTSTP, libc::SIGTTIN, libc::SIGTTOU].contains(&signal.0)
+}
+
+fn is_stop(signal: Signal) -> bool {
+    signal.0 == libc::SIGSTOP || is_job_control(signal)
 }

@@ -197,6 +197,20 @@ fn with_a_terminal_on_stdin_the_app_is_the_foreground_group() {
     );
 }
 
+#[test]
+fn a_lifeguard_started_in_the_background_leaves_the_terminal_to_the_shell() {
+    // A job-control shell (`set -m`) runs lifeguard as a background job, as `lifeguard
+    // -- app &` at a prompt. While the app runs, the terminal must stay the shell's:
+    // a shell that loses it gets EIO at its next read.
+    let text = on_a_terminal(&format!(
+        "set -m; f=$(mktemp -u); mkfifo \"$f\"; \
+         {LIFEGUARD} -- {TESTAPP} > \"$f\" & read -r line < \"$f\"; echo \"app says $line\"; \
+         {SHELL_HAS_TERMINAL}; kill -INT $!; wait; rm -f \"$f\""
+    ));
+    assert!(text.contains("app says ready"), "{text}");
+    assert!(text.contains("shell has the terminal: yes"), "{text}");
+}
+
 /// Shell code printing whether the shell's group is the terminal's foreground group
 /// (fields 5 and 8 of /proc/PID/stat: pgrp and tpgid), without ps.
 const SHELL_HAS_TERMINAL: &str = "set -- $(cat /proc/$$/stat); \
