@@ -253,20 +253,30 @@ impl Supervisor {
     /// SIGSTOP otherwise, as a terminal's Ctrl-Z would stop a group that is not orphaned: behind
     /// `sh -c`, the shell stops and the app runs its handler.
     fn stop_for_real(&self, signal: Signal, group: bool) -> std::io::Result<()> {
-        let members = if group {
-            self.group_members()
-        } else {
-            vec![self.app_pid]
-        };
         let mut result = Err(std::io::Error::from_raw_os_error(libc::ESRCH));
-        for pid in members {
-            let deliverable = if kernel::handles(pid, signal) {
-                signal
+        let mut sent = Vec::new();
+        // A member forked while the walk ran is missed by it (kill(-pgid) would not
+        // miss it): walk again until a walk finds nobody new, a few times at most.
+        for _ in 0..3 {
+            let members = if group {
+                self.group_members()
             } else {
-                signals::STOP
+                vec![self.app_pid]
             };
-            if kernel::send(pid, deliverable).is_ok() {
-                result = Ok(());
+            let new: Vec<i32> = members.into_iter().filter(|p| !sent.contains(p)).collect();
+            if new.is_empty() {
+                break;
+            }
+            for pid in new {
+                let deliverable = if kernel::handles(pid, signal) {
+                    signal
+                } else {
+                    signals::STOP
+                };
+                if kernel::send(pid, deliverable).is_ok() {
+                    result = Ok(());
+                }
+                sent.push(pid);
             }
         }
         result
