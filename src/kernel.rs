@@ -476,6 +476,44 @@ pub fn restore_terminal(terminal: AppTerminal) {
     }
 }
 
+/// With the terminal handed to the app as a foreground group, a Ctrl-Z at the terminal
+/// stops the app but not lifeguard (it is not in that group), and the shell that runs
+/// lifeguard would wait for it forever. Call when the app was stopped that way: lifeguard
+/// takes the terminal back for its own group and stops itself, so the shell sees its job
+/// stopped. On `fg` the shell gives lifeguard's group the terminal and continues it;
+/// lifeguard then hands the terminal on to the app again and continues the app's group.
+/// (dumb-init likewise stops itself on TSTP.)
+pub fn stop_with_app(terminal: AppTerminal, app_group: i32) {
+    let AppTerminal::ForegroundGroup { previous } = terminal else {
+        return;
+    };
+    let stdin = io::stdin();
+    let own_group = nix::unistd::Pid::from_raw(previous);
+    // lifeguard blocks SIGTTOU, so these are allowed from the background.
+    let _ = nix::unistd::tcsetpgrp(&stdin, own_group);
+    // SIGSTOP cannot be blocked: lifeguard stops here, and this returns once continued.
+    let _ = send(own_pid(), Signal(libc::SIGSTOP));
+    // After `bg` lifeguard's group is not the foreground one: then the terminal stays
+    // the shell's.
+    if nix::unistd::tcgetpgrp(&stdin).ok() == Some(own_group) {
+        let _ = nix::unistd::tcsetpgrp(&stdin, nix::unistd::Pid::from_raw(app_group));
+    }
+    let _ = send(-app_group, Signal(libc::SIGCONT));
+}
+
+/// If the app (a direct child) has stopped since last asked, by which signal. Only the
+/// stop is collected (waitid with WSTOPPED alone): an exit stays for the reaper.
+pub fn app_stopped(app: i32) -> Option<Signal> {
+    use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
+    match waitid(
+        Id::Pid(nix::unistd::Pid::from_raw(app)),
+        WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG,
+    ) {
+        Ok(WaitStatus::Stopped(_, signal)) => Some(Signal(signal as i32)),
+        _ => None,
+    }
+}
+
 // ---------------------------------------------------------------------------------------
 // The app.
 

@@ -160,6 +160,7 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
         phase: phase_tx,
         app_check: check_rx,
         stats,
+        terminal,
     };
     let code = runtime.block_on(async move {
         if let Some((listener, cap)) = listener {

@@ -9,7 +9,7 @@ use std::time::Instant;
 use tokio::sync::watch;
 
 use crate::health::AppCheck;
-use crate::kernel::{self, Reaped, SignalInbox};
+use crate::kernel::{self, AppTerminal, Reaped, SignalInbox};
 use crate::lifecycle::{Action, AppStatus, Event, Lifecycle, Phase};
 use crate::logging;
 use crate::signals::{self, Signal};
@@ -25,6 +25,9 @@ pub struct Supervisor {
     /// The app check's verdicts; the first pass moves Starting → Running (DESIGN §3).
     pub app_check: watch::Receiver<AppCheck>,
     pub stats: Arc<Stats>,
+    /// How the app got the terminal; with a foreground group, a Ctrl-Z that stops the
+    /// app stops lifeguard too (kernel::stop_with_app).
+    pub terminal: AppTerminal,
 }
 
 impl Supervisor {
@@ -110,6 +113,18 @@ impl Supervisor {
 
     /// Takes every exited child until none is left to take.
     fn reap(&mut self, events: &mut Vec<Event>) {
+        if matches!(self.terminal, AppTerminal::ForegroundGroup { .. })
+            && self.lifecycle.phase() != Phase::Exited
+        {
+            if let Some(signal) = kernel::app_stopped(self.app_pid).filter(|s| is_job_control(*s)) {
+                logging::info(
+                    "app stopped at the terminal: stopping too",
+                    &[("signal", &signal)],
+                );
+                kernel::stop_with_app(self.terminal, self.app_pid);
+                logging::info("continued", &[]);
+            }
+        }
         loop {
             match kernel::reap_one() {
                 Reaped::Child { pid, status } if pid == self.app_pid => {

@@ -211,6 +211,71 @@ fn a_lifeguard_started_in_the_background_leaves_the_terminal_to_the_shell() {
     assert!(text.contains("shell has the terminal: yes"), "{text}");
 }
 
+#[test]
+fn ctrl_z_at_the_terminal_stops_the_job_and_fg_resumes_it() {
+    // A job-control shell runs lifeguard in the foreground; the app owns the terminal.
+    // Ctrl-Z stops the app, and lifeguard must stop too or the shell waits for ever;
+    // `fg` resumes both and gives the app the terminal back, so Ctrl-C reaches it.
+    use std::io::{Read, Write};
+    use std::sync::{Arc, Mutex};
+    let command = format!(
+        "set -m; {LIFEGUARD} -v -- {TESTAPP}; echo stopped-status=$?; fg; echo done-status=$?"
+    );
+    let mut script = without_inherited_settings(&mut std::process::Command::new("timeout"))
+        .args(["30", "script", "-qec", &command, "/dev/null"])
+        .env("LIFEGUARD_LISTEN", "off")
+        .env("SHELL", "/bin/sh")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("script(1) from util-linux is needed for this test");
+    // Whatever happens, nothing started here outlives the test (a stopped lifeguard
+    // would wait for ever).
+    struct KillTree(i32);
+    impl Drop for KillTree {
+        fn drop(&mut self) {
+            for pid in descendants(self.0).into_iter().chain([self.0]) {
+                // SAFETY: kill with pids this test started (all > 1); errors ignored.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+    }
+    let cleanup = KillTree(script.id() as i32);
+    let output = Arc::new(Mutex::new(String::new()));
+    let mut stdout = script.stdout.take().unwrap();
+    let sink = output.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    let mut keys = script.stdin.take().unwrap();
+    let wait_for = |text: &str| {
+        wait_until(&format!("{text:?} on the terminal"), || {
+            output.lock().unwrap().contains(text).then_some(())
+        })
+    };
+    wait_for("ready");
+    keys.write_all(b"\x1a").unwrap(); // Ctrl-Z
+                                      // The shell saw its job stop (128 + SIGSTOP) and runs `fg`.
+    wait_for("stopped-status=147");
+    // lifeguard logs this once it has handed the terminal back to the app.
+    wait_for("lifeguard: continued");
+    keys.write_all(b"\x03").unwrap(); // Ctrl-C
+    wait_for("signal INT");
+    wait_for("done-status=0");
+    drop(keys);
+    let _ = script.wait();
+    // All ended by themselves; their pids are free for reuse now.
+    std::mem::forget(cleanup);
+}
+
 /// Shell code printing whether the shell's group is the terminal's foreground group
 /// (fields 5 and 8 of /proc/PID/stat: pgrp and tpgid), without ps.
 const SHELL_HAS_TERMINAL: &str = "set -- $(cat /proc/$$/stat); \
