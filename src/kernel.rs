@@ -431,10 +431,10 @@ pub enum AppTerminal {
     /// foreground group (started from an interactive shell, or by `script -c`): a new
     /// session could not take the terminal, which stays its leader's. The app gets a
     /// process group of its own in lifeguard's session instead and becomes the
-    /// foreground group, as under tini. `previous` (lifeguard's own group) gets the
-    /// terminal back when lifeguard is done, so the shell that started it can read from
-    /// it again. A lifeguard in the background (`lifeguard ... &`) takes nothing.
-    ForegroundGroup { previous: i32 },
+    /// foreground group, as under tini. lifeguard's own group gets the terminal back
+    /// when lifeguard is done, so the shell that started it can read from it again. A
+    /// lifeguard in the background (`lifeguard ... &`) takes nothing.
+    ForegroundGroup,
 }
 
 /// Decides how the app gets stdin's terminal, letting go of it first where lifeguard
@@ -447,12 +447,9 @@ pub fn release_terminal(inbox: &SignalInbox) -> AppTerminal {
     let own_session = nix::unistd::getsid(None).ok();
     let leader = own_session == Some(nix::unistd::getpid());
     let terminal_session = nix::sys::termios::tcgetsid(io::stdin()).ok();
-    let own_group = nix::unistd::getpgrp();
-    let in_foreground = nix::unistd::tcgetpgrp(io::stdin()).ok() == Some(own_group);
+    let in_foreground = nix::unistd::tcgetpgrp(io::stdin()).ok() == Some(nix::unistd::getpgrp());
     if terminal_session.is_some() && terminal_session == own_session && !leader && in_foreground {
-        return AppTerminal::ForegroundGroup {
-            previous: own_group.as_raw(),
-        };
+        return AppTerminal::ForegroundGroup;
     }
     // SAFETY: TIOCNOTTY takes no argument; it fails harmlessly if stdin is not our
     // controlling terminal.
@@ -465,14 +462,15 @@ pub fn release_terminal(inbox: &SignalInbox) -> AppTerminal {
     AppTerminal::OwnSession
 }
 
-/// Gives the terminal's foreground back to the group that had it before the app took
-/// it (`ForegroundGroup` only: in the other cases lifeguard's session no longer has the
-/// terminal). Without this a non-interactive shell that ran lifeguard would be left in
-/// the background, stopped by SIGTTIN at its next read. Failure changes nothing else.
+/// Gives the terminal's foreground back to lifeguard's own group, which had it before
+/// the app took it (`ForegroundGroup` only: in the other cases lifeguard's session no
+/// longer has the terminal). Without this a non-interactive shell that ran lifeguard
+/// would be left in the background, stopped by SIGTTIN at its next read. Failure
+/// changes nothing else.
 pub fn restore_terminal(terminal: AppTerminal) {
-    if let AppTerminal::ForegroundGroup { previous } = terminal {
+    if terminal == AppTerminal::ForegroundGroup {
         // lifeguard, now in the background, blocks SIGTTOU, so tcsetpgrp is allowed.
-        let _ = nix::unistd::tcsetpgrp(io::stdin(), nix::unistd::Pid::from_raw(previous));
+        let _ = nix::unistd::tcsetpgrp(io::stdin(), nix::unistd::getpgrp());
     }
 }
 
@@ -482,13 +480,10 @@ pub fn restore_terminal(terminal: AppTerminal) {
 /// takes the terminal back for its own group and stops itself, so the shell sees its job
 /// stopped. On `fg` the shell gives lifeguard's group the terminal and continues it;
 /// lifeguard then hands the terminal on to the app again and continues the app's group.
-/// (dumb-init likewise stops itself on TSTP.)
-pub fn stop_with_app(terminal: AppTerminal, app_group: i32) {
-    let AppTerminal::ForegroundGroup { previous } = terminal else {
-        return;
-    };
+/// (dumb-init likewise stops itself on TSTP.) For `AppTerminal::ForegroundGroup` only.
+pub fn stop_with_app(app_group: i32) {
     let stdin = io::stdin();
-    let own_group = nix::unistd::Pid::from_raw(previous);
+    let own_group = nix::unistd::getpgrp();
     // lifeguard blocks SIGTTOU, so these are allowed from the background.
     let _ = nix::unistd::tcsetpgrp(&stdin, own_group);
     // SIGSTOP cannot be blocked: lifeguard stops here, and this returns once continued.
@@ -554,11 +549,10 @@ pub fn spawn_app(command: &[OsString], terminal: AppTerminal) -> io::Result<i32>
         .stderr(Stdio::inherit());
     // SAFETY: the closure runs between fork and exec in the child, where only
     // async-signal-safe calls are allowed: setsid, setpgid, tcsetpgrp, ioctl and raw
-    // system calls are, and
-    // it allocates nothing.
+    // system calls are, and it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
-            if let AppTerminal::ForegroundGroup { .. } = terminal {
+            if terminal == AppTerminal::ForegroundGroup {
                 if libc::setpgid(0, 0) < 0 {
                     return Err(io::Error::last_os_error());
                 }

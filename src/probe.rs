@@ -88,39 +88,33 @@ fn v6_only() -> bool {
 mod tests {
     use super::*;
 
+    fn listening_on(addr: Option<&str>) -> Listen {
+        Listen {
+            addr: addr.map(|a| a.parse().unwrap()),
+            explicit: true,
+        }
+    }
+
     #[test]
     fn probes_reach_the_endpoint_over_loopback() {
-        let any = Listen {
-            addr: Some("0.0.0.0:9595".parse().unwrap()),
-            explicit: false,
-        };
         assert_eq!(
-            target_uri(&ProbeTarget::Ready, any).unwrap(),
+            target_uri(&ProbeTarget::Ready, listening_on(Some("0.0.0.0:9595"))).unwrap(),
             "http://127.0.0.1:9595/readyz"
         );
-        let v6 = Listen {
-            addr: Some("[::]:81".parse().unwrap()),
-            explicit: true,
-        };
         let expected = if v6_only() {
             "http://[::1]:81/livez"
         } else {
             "http://127.0.0.1:81/livez"
         };
-        assert_eq!(target_uri(&ProbeTarget::Live, v6).unwrap(), expected);
-        let v6_loopback = Listen {
-            addr: Some("[::1]:81".parse().unwrap()),
-            explicit: true,
-        };
         assert_eq!(
-            target_uri(&ProbeTarget::Live, v6_loopback).unwrap(),
+            target_uri(&ProbeTarget::Live, listening_on(Some("[::]:81"))).unwrap(),
+            expected
+        );
+        assert_eq!(
+            target_uri(&ProbeTarget::Live, listening_on(Some("[::1]:81"))).unwrap(),
             "http://[::1]:81/livez"
         );
-        let off = Listen {
-            addr: None,
-            explicit: true,
-        };
-        assert!(target_uri(&ProbeTarget::Ready, off)
+        assert!(target_uri(&ProbeTarget::Ready, listening_on(None))
             .unwrap_err()
             .contains("off"));
     }

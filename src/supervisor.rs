@@ -46,6 +46,7 @@ impl Supervisor {
         };
         let mut ready_seen = false;
         loop {
+            self.follow_a_stop_at_the_terminal();
             self.reap(&mut events);
             for event in events.drain(..) {
                 if let Some(code) = self.step(event) {
@@ -113,18 +114,6 @@ impl Supervisor {
 
     /// Takes every exited child until none is left to take.
     fn reap(&mut self, events: &mut Vec<Event>) {
-        if matches!(self.terminal, AppTerminal::ForegroundGroup { .. })
-            && self.lifecycle.phase() != Phase::Exited
-        {
-            if let Some(signal) = kernel::app_stopped(self.app_pid).filter(|s| is_job_control(*s)) {
-                logging::info(
-                    "app stopped at the terminal: stopping too",
-                    &[("signal", &signal)],
-                );
-                kernel::stop_with_app(self.terminal, self.app_pid);
-                logging::info("continued", &[]);
-            }
-        }
         loop {
             match kernel::reap_one() {
                 Reaped::Child { pid, status } if pid == self.app_pid => {
@@ -153,6 +142,23 @@ impl Supervisor {
                     break;
                 }
             }
+        }
+    }
+
+    /// With the app as the terminal's foreground group, a Ctrl-Z stops the app alone:
+    /// lifeguard stops with it so the shell sees its job stopped (kernel::stop_with_app).
+    fn follow_a_stop_at_the_terminal(&self) {
+        if self.terminal != AppTerminal::ForegroundGroup || self.lifecycle.phase() == Phase::Exited
+        {
+            return;
+        }
+        if let Some(signal) = kernel::app_stopped(self.app_pid).filter(|s| is_job_control(*s)) {
+            logging::info(
+                "app stopped at the terminal: stopping too",
+                &[("signal", &signal)],
+            );
+            kernel::stop_with_app(self.app_pid);
+            logging::info("continued", &[]);
         }
     }
 
