@@ -3,10 +3,10 @@
 //! Running step of the lifecycle.
 #![forbid(unsafe_code)]
 
+use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::sync::watch;
-
+use crate::board::Board;
 use crate::cli::AppCheckKind;
 use crate::health::AppCheck;
 use crate::http_client;
@@ -17,16 +17,16 @@ use crate::logging;
 /// counts as ready as soon as it is spawned (DESIGN §3). From the drain on `/readyz`
 /// says `draining` whatever the check finds, and an app closing its port on the stop
 /// signal is no news: checking on would only log warnings.
-pub async fn run(
-    check: Option<AppCheckKind>,
-    interval: Duration,
-    verdicts: watch::Sender<AppCheck>,
-    phase: watch::Receiver<Phase>,
-) {
+pub fn start(check: Option<AppCheckKind>, interval: Duration, board: Arc<Board>) {
     let Some(check) = check else {
-        verdicts.send_replace(AppCheck::Passing);
+        board.set_check(AppCheck::Passing);
         return;
     };
+    tokio::spawn(run(check, interval, board));
+}
+
+async fn run(check: AppCheckKind, interval: Duration, board: Arc<Board>) {
+    let phase = board.watch_phase();
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -45,7 +45,7 @@ pub async fn run(
         if !matches!(*phase.borrow(), Phase::Starting | Phase::Running) {
             return;
         }
-        let before = verdicts.borrow().clone();
+        let before = board.check();
         if verdict != before {
             match (&before, &verdict) {
                 (_, AppCheck::Passing) => logging::info("app check passing", &[]),
@@ -62,7 +62,7 @@ pub async fn run(
                 // Stay Pending until the first pass: /readyz says "starting" till then.
                 continue;
             }
-            verdicts.send_replace(verdict);
+            board.set_check(verdict);
         }
     }
 }

@@ -11,6 +11,7 @@ use clap::{ArgAction, CommandFactory, FromArgMatches, Parser};
 
 use crate::lifecycle;
 use crate::logging::{self, Level};
+use crate::metrics;
 use crate::signals::{self, Rewrites, Signal};
 
 const DURATION_FORM: &str = "a duration like 500ms, 5s, 2m or a plain number of seconds";
@@ -52,6 +53,12 @@ struct Cli {
     #[arg(long, env = "LIFEGUARD_READY_INTERVAL", value_name = "DUR", default_value = "1s",
           value_parser = parse_positive_duration, allow_negative_numbers = true)]
     ready_interval: Duration,
+
+    /// Count the app's in-flight requests on this TCP port (accept queue plus requests
+    /// outstanding, read from the kernel): /metrics, CloudWatch, the drain
+    #[arg(long, env = "LIFEGUARD_INFLIGHT_PORT", value_name = "PORT", value_parser = parse_port,
+          allow_negative_numbers = true)]
+    inflight_port: Option<u16>,
 
     /// Client mode for HEALTHCHECK: GET lifeguard's own /readyz (ready), /livez (live), or
     /// URL; exit 0 on 2xx, 1 otherwise
@@ -166,6 +173,7 @@ pub struct Settings {
     pub listen: Listen,
     pub app_check: Option<AppCheckKind>,
     pub check_interval: Duration,
+    pub metrics: metrics::Config,
     pub probe: Option<(ProbeTarget, Duration)>,
     pub lifecycle: lifecycle::Config,
     pub pdeathsig: Option<Signal>,
@@ -374,6 +382,11 @@ fn settings(
         }),
         app_check,
         check_interval: cli.ready_interval,
+        metrics: metrics::Config {
+            inflight_port: cli.inflight_port,
+            // The ECS agent sets it in every container of a task (task metadata v4).
+            ecs_metadata: lookup("ECS_CONTAINER_METADATA_URI_V4").filter(|v| !v.trim().is_empty()),
+        },
         pdeathsig: cli.pdeathsig,
         warn_on_reap: cli.warn_on_reap,
         log_level: match log_level(cli.verbose, cli.quiet, lookup) {
@@ -498,6 +511,15 @@ fn parse_host_port(text: &str) -> Result<(String, u16), String> {
     }
 }
 
+fn parse_port(text: &str) -> Result<u16, String> {
+    match text.trim().parse::<u32>() {
+        Ok(port @ 1..=65535) => Ok(port as u16),
+        _ => Err(format!(
+            "'{text}' is not a TCP port: expected a whole number from 1 to 65535"
+        )),
+    }
+}
+
 fn parse_probe(text: &str) -> Result<ProbeTarget, String> {
     match text.trim() {
         "ready" | "" => Ok(ProbeTarget::Ready),
@@ -569,6 +591,25 @@ mod tests {
         assert!(s.lifecycle.group);
         assert_eq!(s.log_level, Level::Warn);
         assert_eq!(s.log_format, logging::Format::Text);
+        assert_eq!(s.metrics, metrics::Config::default());
+    }
+
+    #[test]
+    fn metrics_settings() {
+        let s = ok(
+            &["--inflight-port", "8080", "app"],
+            &[(
+                "ECS_CONTAINER_METADATA_URI_V4",
+                "http://169.254.170.2/v4/abc",
+            )],
+        );
+        assert_eq!(s.metrics.inflight_port, Some(8080));
+        assert_eq!(
+            s.metrics.ecs_metadata.as_deref(),
+            Some("http://169.254.170.2/v4/abc")
+        );
+        let s = ok(&["app"], &[("ECS_CONTAINER_METADATA_URI_V4", " ")]);
+        assert_eq!(s.metrics.ecs_metadata, None);
     }
 
     #[test]
@@ -750,6 +791,13 @@ mod tests {
             m.contains("--ready-tcp") && m.contains("--ready-http"),
             "{m}"
         );
+        for port in ["0", "65536", "http", "-1", "80x"] {
+            let m = usage_error(&["--inflight-port", port, "app"], &[]);
+            assert!(
+                m.contains("--inflight-port") && m.contains("1 to 65535"),
+                "{port}: {m}"
+            );
+        }
         let m = usage_error(&["--ready-interval", "0", "app"], &[]);
         assert!(
             m.contains("--ready-interval") && m.contains("above zero"),

@@ -1,11 +1,8 @@
-//! What the endpoint answers, as pure functions of the supervision state: the `/readyz`
-//! and `/livez` verdicts and the Prometheus text of `/metrics` (format 0.0.4).
+//! What `/readyz` and `/livez` answer, as pure functions of the supervision state (the
+//! text of `/metrics` is `metrics::prometheus`).
 #![forbid(unsafe_code)]
 
-use std::fmt::Write as _;
-
 use crate::lifecycle::Phase;
-use crate::stats::Stats;
 
 /// What the app check last said (DESIGN §3, §4).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,53 +37,9 @@ pub fn liveness(phase: Phase) -> Verdict {
     }
 }
 
-/// `/metrics` in Prometheus text format 0.0.4: HELP and TYPE lines, then samples.
-/// Written by hand: the OpenMetrics encoder of `prometheus-client` writes `# EOF` and
-/// TYPE lines without the `_total` suffix, which the 0.0.4 parser reads as untyped.
-pub fn metrics(ready: bool, draining: bool, stats: &Stats) -> String {
-    let mut out = String::with_capacity(1024);
-    let mut family = |name: &str, kind: &str, help: &str, samples: &[(String, u64)]| {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
-        for (labels, value) in samples {
-            let _ = writeln!(out, "{name}{labels} {value}");
-        }
-    };
-    family(
-        "lifeguard_ready",
-        "gauge",
-        "1 while /readyz answers 200.",
-        &[(String::new(), ready as u64)],
-    );
-    family(
-        "lifeguard_draining",
-        "gauge",
-        "1 from the instant SIGTERM arrives until the app has exited.",
-        &[(String::new(), draining as u64)],
-    );
-    let forwarded: Vec<(String, u64)> = stats
-        .forwarded()
-        .into_iter()
-        .map(|(signal, n)| (format!("{{signal=\"{signal}\"}}"), n))
-        .collect();
-    family(
-        "lifeguard_signals_forwarded_total",
-        "counter",
-        "Signals sent to the app, after rewriting, by signal.",
-        &forwarded,
-    );
-    family(
-        "lifeguard_zombies_reaped_total",
-        "counter",
-        "Orphaned processes reaped (the app itself not counted).",
-        &[(String::new(), stats.zombies_reaped())],
-    );
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signals::{Signal, TERM};
 
     #[test]
     fn readiness_follows_phase_then_check() {
@@ -128,30 +81,5 @@ mod tests {
         assert_eq!(liveness(Phase::Draining).0, 200);
         assert_eq!(liveness(Phase::Stopping), (200, "alive".into()));
         assert_eq!(liveness(Phase::Exited), (503, "exited".into()));
-    }
-
-    #[test]
-    fn metrics_are_prometheus_text() {
-        let stats = Stats::default();
-        stats.signal_forwarded(TERM);
-        stats.signal_forwarded(TERM);
-        stats.signal_forwarded(Signal(libc::SIGHUP));
-        stats.zombie_reaped();
-        let text = metrics(true, false, &stats);
-        for line in [
-            "# TYPE lifeguard_ready gauge",
-            "lifeguard_ready 1",
-            "lifeguard_draining 0",
-            "# TYPE lifeguard_signals_forwarded_total counter",
-            "lifeguard_signals_forwarded_total{signal=\"SIGTERM\"} 2",
-            "lifeguard_signals_forwarded_total{signal=\"SIGHUP\"} 1",
-            "lifeguard_zombies_reaped_total 1",
-        ] {
-            assert!(
-                text.lines().any(|l| l == line),
-                "missing {line:?} in\n{text}"
-            );
-        }
-        assert!(text.ends_with('\n'));
     }
 }

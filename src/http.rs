@@ -30,15 +30,13 @@ use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
-use tokio::sync::{watch, Notify};
+use tokio::sync::Notify;
 use tokio::time::Sleep;
 
-use crate::health::{self, AppCheck};
-use crate::kernel;
-use crate::lifecycle::Phase;
+use crate::board::Board;
+use crate::health;
 use crate::logging;
-use crate::signals;
-use crate::stats::Stats;
+use crate::metrics::prometheus;
 
 /// Largest request head; hyper answers 431 beyond its read buffer.
 const MAX_HEAD: usize = 16 * 1024;
@@ -53,26 +51,18 @@ const WRITE_STALL_LIMIT: Duration = Duration::from_secs(5);
 pub const RECEIVE_BUFFER: usize = MAX_HEAD;
 pub const SEND_BUFFER: usize = 64 * 1024;
 
-/// What the handlers read; all of it is written elsewhere (supervisor, app check).
-#[derive(Clone)]
-pub struct Observed {
-    pub phase: watch::Receiver<Phase>,
-    pub check: watch::Receiver<AppCheck>,
-    pub stats: Arc<Stats>,
-}
-
-impl Observed {
-    fn readiness(&self) -> health::Verdict {
-        let phase = *self.phase.borrow();
-        // A SIGTERM the loop has not read yet already counts (DESIGN §3: "at once").
-        let term_pending = matches!(phase, Phase::Starting | Phase::Running)
-            && kernel::signal_pending(signals::TERM);
-        health::readiness(phase, &self.check.borrow(), term_pending)
+/// Serves the endpoint on the current runtime from the bound `listener`.
+pub fn start(listener: std::net::TcpListener, board: Arc<Board>, cap: usize) {
+    match TcpListener::from_std(listener) {
+        Ok(listener) => {
+            tokio::spawn(serve(listener, board, cap));
+        }
+        Err(err) => logging::error(format!("endpoint unavailable: {err}"), &[]),
     }
 }
 
 /// Accepts connections until the runtime stops; at most `cap` at once.
-pub async fn serve(listener: TcpListener, observed: Observed, cap: usize) {
+async fn serve(listener: TcpListener, board: Arc<Board>, cap: usize) {
     let registry = Arc::new(Mutex::new(Registry::new(cap)));
     loop {
         let stream = match listener.accept().await {
@@ -91,9 +81,9 @@ pub async fn serve(listener: TcpListener, observed: Observed, cap: usize) {
         let _ = stream.set_nodelay(true);
         let (id, close) = registry.lock().expect("registry lock").admit();
         let registry = registry.clone();
-        let observed = observed.clone();
+        let board = board.clone();
         tokio::spawn(async move {
-            connection(stream, id, close, &registry, observed).await;
+            connection(stream, id, close, &registry, board).await;
             registry.lock().expect("registry lock").conns.remove(&id);
         });
     }
@@ -104,14 +94,14 @@ async fn connection(
     id: u64,
     close: Arc<Notify>,
     registry: &Arc<Mutex<Registry>>,
-    observed: Observed,
+    board: Arc<Board>,
 ) {
     let touched = registry.clone();
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
         if let Some(conn) = touched.lock().expect("registry lock").conns.get_mut(&id) {
             conn.last_active = Instant::now();
         }
-        let response = respond(&request, &observed);
+        let response = respond(&request, &board);
         async move { Ok::<_, Infallible>(response) }
     });
     let conn = hyper::server::conn::http1::Builder::new()
@@ -129,7 +119,7 @@ async fn connection(
     }
 }
 
-fn respond(request: &Request<Incoming>, observed: &Observed) -> Response<Full<Bytes>> {
+fn respond(request: &Request<Incoming>, board: &Board) -> Response<Full<Bytes>> {
     if request.method() != Method::GET && request.method() != Method::HEAD {
         let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed".into());
         response
@@ -138,18 +128,12 @@ fn respond(request: &Request<Incoming>, observed: &Observed) -> Response<Full<By
         return response;
     }
     match request.uri().path() {
-        "/livez" => verdict(health::liveness(*observed.phase.borrow())),
-        "/readyz" => verdict(observed.readiness()),
+        "/livez" => verdict(health::liveness(board.snapshot().phase)),
+        "/readyz" => verdict(board.snapshot().readiness()),
         "/metrics" => {
-            let phase = *observed.phase.borrow();
-            let ready = observed.readiness().0 == 200;
-            let draining = matches!(phase, Phase::Draining | Phase::Stopping)
-                || (matches!(phase, Phase::Starting | Phase::Running)
-                    && kernel::signal_pending(signals::TERM));
-            let mut response = text(
-                StatusCode::OK,
-                health::metrics(ready, draining, &observed.stats),
-            );
+            let mut response = Response::new(Full::new(Bytes::from(prometheus::encode(
+                &board.snapshot(),
+            ))));
             response.headers_mut().insert(
                 CONTENT_TYPE,
                 HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),

@@ -57,6 +57,11 @@ pub async fn connect(host: &str, port: u16) -> Result<TcpStream, String> {
 
 /// GETs `uri` (http only). Errors are one-line reasons for logs and `/readyz`.
 pub async fn get(uri: &Uri) -> Result<(u16, String), String> {
+    get_limited(uri, MAX_BODY).await
+}
+
+/// GETs `uri`, keeping at most `max_body` bytes of the answer; a longer body is an error.
+pub async fn get_limited(uri: &Uri, max_body: usize) -> Result<(u16, String), String> {
     let host = uri.host().ok_or_else(|| format!("{uri} has no host"))?;
     let port = uri.port_u16().unwrap_or(80);
     let stream = connect(host, port).await?;
@@ -82,11 +87,11 @@ pub async fn get(uri: &Uri) -> Result<(u16, String), String> {
         .await
         .map_err(|e| format!("GET {uri}: {e}"))?;
     let status = response.status().as_u16();
-    let body = Limited::new(response.into_body(), MAX_BODY)
+    let body = Limited::new(response.into_body(), max_body)
         .collect()
         .await
         .map(|b| String::from_utf8_lossy(&b.to_bytes()).trim().to_string())
-        .unwrap_or_default();
+        .map_err(|e| format!("GET {uri}: reading the answer: {e}"))?;
     Ok((status, body))
 }
 

@@ -3,6 +3,7 @@
 #![deny(unsafe_code)]
 
 mod app_check;
+mod board;
 mod cli;
 mod health;
 mod http;
@@ -10,22 +11,20 @@ mod http_client;
 mod kernel;
 mod lifecycle;
 mod logging;
+mod metrics;
 mod probe;
 mod signals;
-mod stats;
 mod supervisor;
 
 use std::io::Write;
 use std::process::ExitCode;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use tokio::sync::watch;
 
+use crate::board::Board;
 use crate::cli::{AppCheckKind, Parsed, Settings};
-use crate::health::AppCheck;
-use crate::lifecycle::{Lifecycle, Phase};
+use crate::lifecycle::Lifecycle;
 use crate::supervisor::Supervisor;
 
 /// lifeguard failed before the app started (DESIGN §6).
@@ -145,38 +144,25 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
     };
     logging::info("app started", &[("pid", &app_pid), ("command", &program)]);
 
-    let (phase_tx, phase_rx) = watch::channel(Phase::Starting);
-    let (check_tx, check_rx) = watch::channel(AppCheck::Pending);
-    let stats = Arc::new(stats::Stats::default());
-    let observed = http::Observed {
-        phase: phase_rx.clone(),
-        check: check_rx.clone(),
-        stats: stats.clone(),
-    };
+    let board = Board::new();
     let supervisor = Supervisor {
         lifecycle: Lifecycle::new(settings.lifecycle),
         app_pid,
         warn_on_reap: settings.warn_on_reap,
-        phase: phase_tx,
-        app_check: check_rx,
-        stats,
+        app_check: board.watch_check(),
+        board: board.clone(),
         terminal,
     };
+    // Samples are taken only for a reader: the endpoint (and, later, CloudWatch).
+    let sampled = listener.is_some();
     let code = runtime.block_on(async move {
         if let Some((listener, cap)) = listener {
-            match tokio::net::TcpListener::from_std(listener) {
-                Ok(listener) => {
-                    tokio::spawn(http::serve(listener, observed, cap));
-                }
-                Err(err) => logging::error(format!("endpoint unavailable: {err}"), &[]),
-            }
+            http::start(listener, board.clone(), cap);
         }
-        tokio::spawn(app_check::run(
-            settings.app_check,
-            settings.check_interval,
-            check_tx,
-            phase_rx,
-        ));
+        app_check::start(settings.app_check, settings.check_interval, board.clone());
+        if sampled {
+            metrics::start(settings.metrics, board.clone());
+        }
         supervisor.run(inbox).await
     });
     // Do not wait for connections or a DNS lookup still under way: the app is gone.

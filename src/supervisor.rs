@@ -8,23 +8,22 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 
+use crate::board::Board;
 use crate::health::AppCheck;
 use crate::kernel::{self, AppTerminal, Reaped, SignalInbox};
 use crate::lifecycle::{Action, AppStatus, Event, Lifecycle, Phase};
 use crate::logging;
 use crate::signals::{self, Signal};
-use crate::stats::Stats;
 
 pub struct Supervisor {
     pub lifecycle: Lifecycle,
     /// The app's pid, which is also its process group's id: it was started with setsid.
     pub app_pid: i32,
     pub warn_on_reap: bool,
-    /// The phase as the rest of lifeguard (the HTTP endpoint) observes it.
-    pub phase: watch::Sender<Phase>,
+    /// Where the phase and counters are published (the endpoint reads them there).
+    pub board: Arc<Board>,
     /// The app check's verdicts; the first pass moves Starting → Running (DESIGN §3).
     pub app_check: watch::Receiver<AppCheck>,
-    pub stats: Arc<Stats>,
     /// How the app got the terminal; with a foreground group, a Ctrl-Z that stops the
     /// app stops lifeguard too (kernel::stop_with_app).
     pub terminal: AppTerminal,
@@ -128,7 +127,7 @@ impl Supervisor {
                     events.push(Event::AppExited(status));
                 }
                 Reaped::Child { pid, status } => {
-                    self.stats.zombie_reaped();
+                    self.board.counters.zombie_reaped();
                     if self.warn_on_reap {
                         logging::warn(
                             "reaped zombie",
@@ -203,7 +202,7 @@ impl Supervisor {
                 ],
             ),
         }
-        self.phase.send_replace(after);
+        self.board.set_phase(after);
     }
 
     fn forward(&mut self, signal: Signal, relay: bool) {
@@ -229,7 +228,7 @@ impl Supervisor {
                 }
             }
             if !remaining.is_empty() {
-                self.stats.signal_forwarded(signal);
+                self.board.counters.signal_forwarded(signal);
             }
             logging::info(
                 what,
@@ -256,7 +255,7 @@ impl Supervisor {
         let to = if group { "group" } else { "child" };
         match result {
             Ok(()) => {
-                self.stats.signal_forwarded(signal);
+                self.board.counters.signal_forwarded(signal);
                 logging::info(
                     what,
                     &[("signal", &signal), ("to", &to), ("pid", &self.app_pid)],

@@ -1,0 +1,169 @@
+//! The one read side of supervision: each writer (the supervisor, the app check, the
+//! sampler) owns a field of the `Board`, and readers (the endpoint, the CloudWatch
+//! publisher) take a `Snapshot` of all of it at once (issue #6).
+#![forbid(unsafe_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::health::{self, AppCheck, Verdict};
+use crate::kernel;
+use crate::lifecycle::Phase;
+use crate::metrics::Sample;
+use crate::signals::{self, Signal};
+
+pub struct Board {
+    phase: watch::Sender<Phase>,
+    check: watch::Sender<AppCheck>,
+    sample: watch::Sender<Arc<Sample>>,
+    pub counters: Counters,
+}
+
+/// Counters, lock-free so that counting never holds up supervision.
+pub struct Counters {
+    forwarded: [AtomicU64; signals::MAX as usize + 1],
+    zombies_reaped: AtomicU64,
+    /// Task metadata fetches that failed (ECS only: the sampler fell back to the cgroup).
+    metadata_failures: AtomicU64,
+}
+
+/// Everything a reader needs, read at one instant.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub phase: Phase,
+    /// A SIGTERM has arrived but the loop has not read it yet: it already counts
+    /// (DESIGN §3, "/readyz answers draining at once").
+    pub term_pending: bool,
+    pub check: AppCheck,
+    /// (signal, count) for every signal forwarded at least once.
+    pub forwarded: Vec<(Signal, u64)>,
+    pub zombies_reaped: u64,
+    pub metadata_failures: u64,
+    pub sample: Arc<Sample>,
+}
+
+impl Snapshot {
+    /// What `/readyz` answers.
+    pub fn readiness(&self) -> Verdict {
+        health::readiness(self.phase, &self.check, self.term_pending)
+    }
+
+    pub fn ready(&self) -> bool {
+        self.readiness().0 == 200
+    }
+
+    /// From the instant SIGTERM arrives until the app has exited.
+    pub fn draining(&self) -> bool {
+        matches!(self.phase, Phase::Draining | Phase::Stopping) || self.term_pending
+    }
+}
+
+impl Board {
+    pub fn new() -> Arc<Board> {
+        Arc::new(Board {
+            phase: watch::Sender::new(Phase::Starting),
+            check: watch::Sender::new(AppCheck::Pending),
+            sample: watch::Sender::new(Arc::new(Sample::default())),
+            counters: Counters {
+                forwarded: std::array::from_fn(|_| AtomicU64::new(0)),
+                zombies_reaped: AtomicU64::new(0),
+                metadata_failures: AtomicU64::new(0),
+            },
+        })
+    }
+
+    pub fn snapshot(&self) -> Snapshot {
+        let phase = *self.phase.borrow();
+        Snapshot {
+            phase,
+            term_pending: matches!(phase, Phase::Starting | Phase::Running)
+                && kernel::signal_pending(signals::TERM),
+            check: self.check.borrow().clone(),
+            forwarded: self.counters.forwarded(),
+            zombies_reaped: self.counters.zombies_reaped.load(Ordering::Relaxed),
+            metadata_failures: self.counters.metadata_failures.load(Ordering::Relaxed),
+            sample: self.sample.borrow().clone(),
+        }
+    }
+
+    /// The supervisor's field.
+    pub fn set_phase(&self, phase: Phase) {
+        self.phase.send_replace(phase);
+    }
+
+    pub fn watch_phase(&self) -> watch::Receiver<Phase> {
+        self.phase.subscribe()
+    }
+
+    /// The app check's field.
+    pub fn set_check(&self, verdict: AppCheck) {
+        self.check.send_replace(verdict);
+    }
+
+    pub fn check(&self) -> AppCheck {
+        self.check.borrow().clone()
+    }
+
+    pub fn watch_check(&self) -> watch::Receiver<AppCheck> {
+        self.check.subscribe()
+    }
+
+    /// The sampler's field.
+    pub fn set_sample(&self, sample: Sample) {
+        self.sample.send_replace(Arc::new(sample));
+    }
+}
+
+impl Counters {
+    pub fn signal_forwarded(&self, signal: Signal) {
+        if let Some(slot) = self.forwarded.get(signal.0 as usize) {
+            slot.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    pub fn zombie_reaped(&self) {
+        self.zombies_reaped.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn metadata_failed(&self) {
+        self.metadata_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn forwarded(&self) -> Vec<(Signal, u64)> {
+        (1..=signals::MAX)
+            .map(|n| {
+                (
+                    Signal(n),
+                    self.forwarded[n as usize].load(Ordering::Relaxed),
+                )
+            })
+            .filter(|(_, count)| *count > 0)
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_snapshot_carries_every_writers_field() {
+        let board = Board::new();
+        board.set_phase(Phase::Running);
+        board.set_check(AppCheck::Passing);
+        board.counters.signal_forwarded(signals::TERM);
+        board.counters.signal_forwarded(signals::TERM);
+        board.counters.signal_forwarded(signals::HUP);
+        board.counters.zombie_reaped();
+        let snap = board.snapshot();
+        assert_eq!(snap.phase, Phase::Running);
+        assert!(snap.ready() && !snap.draining());
+        assert_eq!(snap.forwarded, vec![(signals::HUP, 1), (signals::TERM, 2)]);
+        assert_eq!(snap.zombies_reaped, 1);
+        board.set_phase(Phase::Stopping);
+        let snap = board.snapshot();
+        assert!(!snap.ready() && snap.draining());
+    }
+}

@@ -1,0 +1,439 @@
+//! The measuring half (DESIGN §5): once a second, the app's cgroup CPU and memory (or
+//! the ECS task's), and its in-flight requests, sampled on the supervision runtime and
+//! published on the `Board` for `/metrics` and CloudWatch.
+//!
+//! - `cgroup`: finding the cgroup and reading its files
+//! - `ecs`: the task metadata endpoint
+//! - `inflight`: the listen queue and outstanding requests, from sock_diag
+//! - `prometheus`: the text exposition of a `Snapshot`
+#![forbid(unsafe_code)]
+
+pub mod cgroup;
+pub mod ecs;
+pub mod inflight;
+pub mod prometheus;
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::board::Board;
+use crate::logging;
+
+/// How often the sampler runs (DESIGN §5: "once a second").
+pub const INTERVAL: Duration = Duration::from_secs(1);
+/// A task metadata fetch that takes longer is given up: the next one is due.
+const METADATA_TIMEOUT: Duration = Duration::from_millis(800);
+/// Task stats older than this are not used; the cgroup stands in.
+const METADATA_STALE: Duration = Duration::from_millis(2500);
+
+/// The sampler's settings (the CLI maps flags and the environment onto them).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Config {
+    /// `--inflight-port`: count in-flight requests on this TCP port.
+    pub inflight_port: Option<u16>,
+    /// `ECS_CONTAINER_METADATA_URI_V4`: CPU and memory are the task's.
+    pub ecs_metadata: Option<String>,
+}
+
+/// Whose CPU and memory a sample describes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scope {
+    /// The cgroup lifeguard and the app run in.
+    #[default]
+    Container,
+    /// The whole ECS task (metadata endpoint).
+    Task,
+}
+
+/// One sample; a gauge that could not be read is `None` and left out of `/metrics`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Sample {
+    /// When it was taken; `None` until the first sample.
+    pub taken: Option<Instant>,
+    pub scope: Scope,
+    pub cpu_usage_seconds: Option<f64>,
+    pub cpu_limit_cores: Option<f64>,
+    /// Usage rate over the last interval ÷ the limit; needs two samples.
+    pub cpu_utilization_percent: Option<f64>,
+    pub cpu_throttled_seconds: Option<f64>,
+    pub memory_working_set_bytes: Option<u64>,
+    pub memory_limit_bytes: Option<u64>,
+    pub memory_utilization_percent: Option<f64>,
+    pub memory_oom_kills: Option<u64>,
+    pub requests_in_flight: Option<u64>,
+    pub accept_queue_length: Option<u64>,
+}
+
+/// What one turn read, before rates: the cgroup, the task (when on ECS and fresh), the
+/// in-flight count (when configured and readable).
+pub struct Reading<'a> {
+    pub at: Instant,
+    pub cgroup: &'a cgroup::Reading,
+    pub task: Option<(Instant, ecs::TaskUsage)>,
+    pub task_limits: ecs::TaskLimits,
+    pub inflight: Option<inflight::InFlight>,
+}
+
+/// Turns readings into samples; keeps the previous CPU usage for the rate. Pure.
+#[derive(Default)]
+pub struct Derive {
+    previous_cpu: Option<(Scope, Instant, u64)>,
+}
+
+impl Derive {
+    pub fn next(&mut self, r: &Reading) -> Sample {
+        let cg = r.cgroup;
+        // Task scope where the task reports; a local cgroup limit only where the task
+        // has none (DESIGN §5).
+        let (scope, cpu_ns, cpu_at, working_set) = match r.task {
+            Some((at, usage)) => (Scope::Task, Some(usage.cpu_ns), at, Some(usage.working_set)),
+            None => (Scope::Container, cg.cpu_usage_ns, r.at, cg.working_set()),
+        };
+        let cpu_limit = match scope {
+            Scope::Task => r.task_limits.cpu_cores.or_else(|| cg.limit_cores()),
+            Scope::Container => cg.limit_cores(),
+        };
+        let memory_limit = match scope {
+            Scope::Task => r.task_limits.memory_bytes.or(cg.memory_limit),
+            Scope::Container => cg.memory_limit,
+        }
+        .or(cg.memory_total);
+        let cpu_utilization = match (self.previous_cpu, cpu_ns, cpu_limit) {
+            (Some((was_scope, was_at, was_ns)), Some(ns), Some(limit))
+                if was_scope == scope && cpu_at > was_at && ns >= was_ns && limit > 0.0 =>
+            {
+                let rate = (ns - was_ns) as f64 / (cpu_at - was_at).as_nanos() as f64;
+                Some(rate / limit * 100.0)
+            }
+            _ => None,
+        };
+        // A stale task reading (same instant as before) keeps the previous base.
+        if let Some(ns) = cpu_ns {
+            if self.previous_cpu.map_or(true, |(_, at, _)| at != cpu_at) {
+                self.previous_cpu = Some((scope, cpu_at, ns));
+            }
+        }
+        Sample {
+            taken: Some(r.at),
+            scope,
+            cpu_usage_seconds: cpu_ns.map(|ns| ns as f64 / 1e9),
+            cpu_limit_cores: cpu_limit,
+            cpu_utilization_percent: cpu_utilization,
+            cpu_throttled_seconds: cg.cpu_throttled_ns.map(|ns| ns as f64 / 1e9),
+            memory_working_set_bytes: working_set,
+            memory_limit_bytes: memory_limit,
+            memory_utilization_percent: match (working_set, memory_limit) {
+                (Some(ws), Some(limit)) if limit > 0 => Some(ws as f64 / limit as f64 * 100.0),
+                _ => None,
+            },
+            memory_oom_kills: cg.oom_kills,
+            requests_in_flight: r.inflight.map(|f| f.requests),
+            accept_queue_length: r.inflight.and_then(|f| f.accept_queue),
+        }
+    }
+}
+
+/// Starts the sampler on the current runtime. Nothing in it blocks: the cgroup files
+/// and one sock_diag dump cost well under a millisecond, and the task metadata is
+/// fetched by a task of its own with a timeout, so a hung endpoint costs the task-scope
+/// figures and nothing else.
+pub fn start(config: Config, board: Arc<Board>) {
+    let task = config.ecs_metadata.as_deref().map(|uri| {
+        let shared = Arc::new(Mutex::new(TaskState::default()));
+        tokio::spawn(poll_task(
+            ecs::Client::new(uri, METADATA_TIMEOUT),
+            shared.clone(),
+            board.clone(),
+        ));
+        shared
+    });
+    tokio::spawn(sample_forever(config, task, board));
+}
+
+/// The latest from the task metadata endpoint.
+#[derive(Default)]
+struct TaskState {
+    limits: ecs::TaskLimits,
+    usage: Option<(Instant, ecs::TaskUsage)>,
+}
+
+async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, board: Arc<Board>) {
+    let cgroup = cgroup::discover();
+    logging::info("metrics: sampling", &[("cgroup", &cgroup.describe())]);
+    let mut inflight = config.inflight_port.map(InFlightSource::new);
+    let mut derive = Derive::default();
+    let mut ticker = tokio::time::interval(INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let at = Instant::now();
+        let reading = cgroup.read();
+        let (task_usage, task_limits) = match &task {
+            Some(state) => {
+                let state = state.lock().expect("task state lock");
+                let fresh = state
+                    .usage
+                    .filter(|(t, _)| at.duration_since(*t) < METADATA_STALE);
+                (fresh, state.limits)
+            }
+            None => (None, ecs::TaskLimits::default()),
+        };
+        let sample = derive.next(&Reading {
+            at,
+            cgroup: &reading,
+            task: task_usage,
+            task_limits,
+            inflight: inflight.as_mut().and_then(InFlightSource::sample),
+        });
+        board.set_sample(sample);
+    }
+}
+
+/// The in-flight reader, opened again if it fails; one warning per outage.
+struct InFlightSource {
+    port: u16,
+    reader: Option<inflight::InFlightReader>,
+    failing: bool,
+}
+
+impl InFlightSource {
+    fn new(port: u16) -> Self {
+        InFlightSource {
+            port,
+            reader: None,
+            failing: false,
+        }
+    }
+
+    fn sample(&mut self) -> Option<inflight::InFlight> {
+        let result = match &mut self.reader {
+            Some(reader) => reader.sample(),
+            None => inflight::InFlightReader::new(self.port).and_then(|mut reader| {
+                let first = reader.sample();
+                self.reader = Some(reader);
+                first
+            }),
+        };
+        match result {
+            Ok(found) => {
+                if std::mem::take(&mut self.failing) {
+                    logging::info("in-flight count readable again", &[("port", &self.port)]);
+                }
+                Some(found)
+            }
+            Err(err) => {
+                if !std::mem::replace(&mut self.failing, true) {
+                    logging::warn(
+                        format!("cannot count in-flight requests: {err}"),
+                        &[("port", &self.port)],
+                    );
+                }
+                self.reader = None;
+                None
+            }
+        }
+    }
+}
+
+/// Fetches the task's limits (until it has them) and stats, once a second.
+async fn poll_task(client: ecs::Client, state: Arc<Mutex<TaskState>>, board: Arc<Board>) {
+    let mut have_limits = false;
+    let mut failing = false;
+    let mut ticker = tokio::time::interval(INTERVAL);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let mut result = Ok(());
+        if !have_limits {
+            match client.limits().await {
+                Ok(limits) => {
+                    logging::info(
+                        "metrics: ECS task limits",
+                        &[
+                            (
+                                "cpu",
+                                &limits.cpu_cores.map_or("none".into(), |c| c.to_string()),
+                            ),
+                            (
+                                "memory",
+                                &limits.memory_bytes.map_or("none".into(), |m| m.to_string()),
+                            ),
+                        ],
+                    );
+                    state.lock().expect("task state lock").limits = limits;
+                    have_limits = true;
+                }
+                Err(reason) => result = Err(reason),
+            }
+        }
+        if result.is_ok() {
+            match client.usage().await {
+                Ok(usage) => {
+                    state.lock().expect("task state lock").usage = Some((Instant::now(), usage))
+                }
+                Err(reason) => result = Err(reason),
+            }
+        }
+        match result {
+            Ok(()) if failing => {
+                failing = false;
+                logging::info("metrics: task metadata readable again", &[]);
+            }
+            Ok(()) => {}
+            Err(reason) => {
+                board.counters.metadata_failed();
+                if !std::mem::replace(&mut failing, true) {
+                    logging::warn(
+                        format!(
+                            "task metadata unavailable, using the container's cgroup: {reason}"
+                        ),
+                        &[],
+                    );
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cgroup_reading(cpu_ns: u64) -> cgroup::Reading {
+        cgroup::Reading {
+            cpu_usage_ns: Some(cpu_ns),
+            cpu_quota_cores: Some(0.5),
+            cpuset_cpus: Some(2),
+            online_cpus: Some(2),
+            cpu_throttled_ns: Some(3_000_000_000),
+            memory_usage: Some(300 << 20),
+            memory_inactive_file: Some(44 << 20),
+            memory_limit: Some(512 << 20),
+            memory_total: Some(24 << 30),
+            oom_kills: Some(1),
+        }
+    }
+
+    #[test]
+    fn container_scope_rates_and_percentages() {
+        let t0 = Instant::now();
+        let mut derive = Derive::default();
+        let first = cgroup_reading(10_000_000_000);
+        let s = derive.next(&Reading {
+            at: t0,
+            cgroup: &first,
+            task: None,
+            task_limits: ecs::TaskLimits::default(),
+            inflight: None,
+        });
+        assert_eq!(s.scope, Scope::Container);
+        assert_eq!(s.cpu_usage_seconds, Some(10.0));
+        assert_eq!(s.cpu_limit_cores, Some(0.5));
+        assert_eq!(s.cpu_utilization_percent, None, "one sample has no rate");
+        assert_eq!(s.cpu_throttled_seconds, Some(3.0));
+        assert_eq!(s.memory_working_set_bytes, Some(256 << 20));
+        assert_eq!(s.memory_limit_bytes, Some(512 << 20));
+        assert_eq!(s.memory_utilization_percent, Some(50.0));
+        assert_eq!(s.memory_oom_kills, Some(1));
+        assert_eq!(s.requests_in_flight, None);
+        // 0.25 s of CPU in 1 s against a 0.5-core limit: 50 %.
+        let second = cgroup_reading(10_250_000_000);
+        let s = derive.next(&Reading {
+            at: t0 + Duration::from_secs(1),
+            cgroup: &second,
+            task: None,
+            task_limits: ecs::TaskLimits::default(),
+            inflight: Some(inflight::InFlight {
+                requests: 7,
+                accept_queue: Some(3),
+            }),
+        });
+        assert!((s.cpu_utilization_percent.unwrap() - 50.0).abs() < 1e-9);
+        assert_eq!(
+            (s.requests_in_flight, s.accept_queue_length),
+            (Some(7), Some(3))
+        );
+    }
+
+    #[test]
+    fn no_limit_anywhere_falls_back_to_memtotal() {
+        let mut reading = cgroup_reading(0);
+        reading.memory_limit = None;
+        let s = Derive::default().next(&Reading {
+            at: Instant::now(),
+            cgroup: &reading,
+            task: None,
+            task_limits: ecs::TaskLimits::default(),
+            inflight: None,
+        });
+        assert_eq!(s.memory_limit_bytes, Some(24 << 30));
+    }
+
+    #[test]
+    fn task_scope_uses_task_limits_and_falls_back_per_limit() {
+        let t0 = Instant::now();
+        let reading = cgroup_reading(0);
+        let mut derive = Derive::default();
+        let usage = |cpu_ns| ecs::TaskUsage {
+            cpu_ns,
+            working_set: 128 << 20,
+            containers: 2,
+        };
+        // The task has a CPU size but no memory size: memory limit from the cgroup.
+        let limits = ecs::TaskLimits {
+            cpu_cores: Some(0.25),
+            memory_bytes: None,
+        };
+        let s = derive.next(&Reading {
+            at: t0,
+            cgroup: &reading,
+            task: Some((t0, usage(1_000_000_000))),
+            task_limits: limits,
+            inflight: None,
+        });
+        assert_eq!(s.scope, Scope::Task);
+        assert_eq!(s.cpu_limit_cores, Some(0.25));
+        assert_eq!(s.memory_limit_bytes, Some(512 << 20));
+        assert_eq!(s.memory_utilization_percent, Some(25.0));
+        let later = t0 + Duration::from_millis(500);
+        let s = derive.next(&Reading {
+            at: later,
+            cgroup: &reading,
+            task: Some((later, usage(1_100_000_000))),
+            task_limits: limits,
+            inflight: None,
+        });
+        // 0.1 s in 0.5 s = 0.2 cores of 0.25: 80 %.
+        assert!((s.cpu_utilization_percent.unwrap() - 80.0).abs() < 1e-9);
+        // The task stops answering: container scope, and no rate across the switch.
+        let s = derive.next(&Reading {
+            at: later + Duration::from_secs(1),
+            cgroup: &reading,
+            task: None,
+            task_limits: limits,
+            inflight: None,
+        });
+        assert_eq!(s.scope, Scope::Container);
+        assert_eq!(s.cpu_utilization_percent, None);
+        assert_eq!(s.cpu_limit_cores, Some(0.5));
+    }
+
+    #[test]
+    fn missing_files_cost_only_their_gauges() {
+        let reading = cgroup::Reading {
+            memory_usage: Some(10),
+            ..Default::default()
+        };
+        let s = Derive::default().next(&Reading {
+            at: Instant::now(),
+            cgroup: &reading,
+            task: None,
+            task_limits: ecs::TaskLimits::default(),
+            inflight: None,
+        });
+        assert_eq!(s.cpu_usage_seconds, None);
+        assert_eq!(s.cpu_limit_cores, None);
+        assert_eq!(s.memory_oom_kills, None);
+        assert!(s.taken.is_some());
+    }
+}
