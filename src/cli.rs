@@ -32,6 +32,13 @@ struct Cli {
           value_parser = parse_duration, allow_negative_numbers = true)]
     drain_delay: Duration,
 
+    /// With --inflight-port: after the drain delay, hold the stop signal while requests are
+    /// in flight, up to DUR after the SIGTERM. Default: halfway from the drain delay to the
+    /// grace deadline. No effect without --inflight-port
+    #[arg(long, env = "LIFEGUARD_DRAIN_MAX", value_name = "DUR",
+          value_parser = parse_duration, allow_negative_numbers = true)]
+    drain_max: Option<Duration>,
+
     /// Deadline counted from SIGTERM (drain included); then SIGKILL. Must exceed the drain delay
     #[arg(long, env = "LIFEGUARD_GRACE", value_name = "DUR", default_value = "25s",
           value_parser = parse_duration, allow_negative_numbers = true)]
@@ -343,6 +350,19 @@ fn settings(
             humantime::format_duration(cli.drain_delay)
         ));
     }
+    // Halfway from the drain delay to the grace deadline, so the app keeps time to shut
+    // down before the SIGKILL (issue #8).
+    let drain_max = cli
+        .drain_max
+        .unwrap_or(cli.drain_delay + (cli.grace.saturating_sub(cli.drain_delay)) / 2);
+    if probe.is_none() && (drain_max < cli.drain_delay || drain_max >= cli.grace) {
+        return Err(format!(
+            "--drain-max ({}) must be at least --drain-delay ({}) and shorter than --grace ({})",
+            humantime::format_duration(drain_max),
+            humantime::format_duration(cli.drain_delay),
+            humantime::format_duration(cli.grace)
+        ));
+    }
     // dumb-init's way to ask for the child alone (its -c).
     let single_child = cli.single_child || lookup("DUMB_INIT_SETSID").as_deref() == Some("0");
     let flag = Some(ValueSource::CommandLine);
@@ -374,6 +394,8 @@ fn settings(
             rewrites: Rewrites::new(cli.rewrite),
             remap_exit: cli.remap_exit,
             group: !single_child,
+            // Drain until idle needs a count to wait for.
+            drain_max: cli.inflight_port.map(|_| drain_max),
         },
         command: cli.command,
         listen: cli.listen.unwrap_or_else(|| Listen {
@@ -592,6 +614,39 @@ mod tests {
         assert_eq!(s.log_level, Level::Warn);
         assert_eq!(s.log_format, logging::Format::Text);
         assert_eq!(s.metrics, metrics::Config::default());
+    }
+
+    #[test]
+    fn drain_max_defaults_halfway_and_needs_an_inflight_port() {
+        // Without --inflight-port there is nothing to wait for: no hold.
+        assert_eq!(
+            ok(&["--drain-max", "10s", "app"], &[]).lifecycle.drain_max,
+            None
+        );
+        let s = ok(&["--inflight-port", "80", "app"], &[]);
+        assert_eq!(s.lifecycle.drain_max, Some(Duration::from_secs(15)));
+        let s = ok(
+            &[
+                "--inflight-port",
+                "80",
+                "--drain-delay",
+                "2s",
+                "--grace",
+                "10s",
+                "app",
+            ],
+            &[],
+        );
+        assert_eq!(s.lifecycle.drain_max, Some(Duration::from_secs(6)));
+        let s = ok(&["--inflight-port", "80", "--drain-max", "5s", "app"], &[]);
+        assert_eq!(s.lifecycle.drain_max, Some(Duration::from_secs(5)));
+        for max in ["4s", "25s", "30s"] {
+            let m = usage_error(&["--drain-max", max, "app"], &[]);
+            assert!(
+                m.contains("--drain-max") && m.contains("--drain-delay") && m.contains("--grace"),
+                "{max}: {m}"
+            );
+        }
     }
 
     #[test]

@@ -11,6 +11,10 @@ use crate::signals::{Rewrites, Signal, KILL, TERM};
 /// hang after the app is gone.
 pub const KILL_WAIT: Duration = Duration::from_secs(2);
 
+/// How often the in-flight count is sampled while the stop signal is held (DESIGN §3,
+/// "Drain until idle").
+pub const HOLD_SAMPLE_EVERY: Duration = Duration::from_millis(100);
+
 /// `now + d`, saturating instead of panicking: a deadline beyond the clock's range is
 /// as good as never (the CLI caps durations, this keeps PID 1 from ever panicking).
 fn after(now: Instant, d: Duration) -> Instant {
@@ -27,6 +31,10 @@ pub struct Config {
     pub remap_exit: Vec<u8>,
     /// Signals go to the app's whole process group (the default) rather than the child.
     pub group: bool,
+    /// Drain until idle (`--drain-max` with `--inflight-port`): past the drain delay the
+    /// stop signal is held while requests are in flight, at most this long after the
+    /// SIGTERM. `None`: the stop signal goes at the drain delay.
+    pub drain_max: Option<Duration>,
 }
 
 /// What observers (the HTTP endpoint, logs) see of the lifecycle.
@@ -67,6 +75,20 @@ pub enum Event {
     NoChildrenLeft,
     /// Nothing happened but time passed (the deadline's timer fired).
     Tick,
+    /// The in-flight count asked for by `Action::SampleInFlight`; `None` when the sample
+    /// failed, which counts as idle: a broken gauge never holds a stop (DESIGN §3).
+    InFlight(Option<u64>),
+}
+
+/// Why a hold of the stop signal ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HoldEnd {
+    /// A sample read zero (or failed).
+    Idle,
+    /// `--drain-max` after the SIGTERM came with requests still in flight.
+    DrainMax,
+    /// A second SIGTERM.
+    SecondTerm,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,6 +107,18 @@ pub enum Action {
     },
     /// The grace deadline: SIGKILL every process lifeguard answers for.
     KillAll,
+    /// Count the requests in flight now and answer with `Event::InFlight`.
+    SampleInFlight,
+    /// The drain delay ended with `in_flight` requests: the stop signal is held.
+    HoldBegan {
+        in_flight: u64,
+    },
+    /// The hold ended after `held`, with `left` requests in flight at the last sample.
+    HoldEnded {
+        held: Duration,
+        left: u64,
+        why: HoldEnd,
+    },
     Exit(u8),
 }
 
@@ -95,6 +129,17 @@ enum State {
     Draining {
         relay_at: Instant,
         kill_at: Instant,
+    },
+    /// Drain until idle: the drain delay is over, the stop signal waits for a sample
+    /// that reads zero, or for `cap_at` (`--drain-max` after the SIGTERM). `began` is
+    /// when the first busy sample came and what it read (None: the first sample is
+    /// still to be answered); `left` the latest count.
+    Holding {
+        sample_at: Instant,
+        cap_at: Instant,
+        kill_at: Instant,
+        began: Option<Instant>,
+        left: u64,
     },
     /// Stop signal relayed; waiting for the app. After `killed`, `kill_at` is when
     /// lifeguard gives up waiting for it.
@@ -134,7 +179,7 @@ impl Lifecycle {
         match self.state {
             State::Starting => Phase::Starting,
             State::Running => Phase::Running,
-            State::Draining { .. } => Phase::Draining,
+            State::Draining { .. } | State::Holding { .. } => Phase::Draining,
             State::Stopping { .. } => Phase::Stopping,
             State::Reaping { .. } | State::Exited(_) => Phase::Exited,
         }
@@ -144,6 +189,9 @@ impl Lifecycle {
     pub fn deadline(&self) -> Option<Instant> {
         match self.state {
             State::Draining { relay_at, .. } => Some(relay_at),
+            State::Holding {
+                sample_at, cap_at, ..
+            } => Some(sample_at.min(cap_at)),
             State::Stopping { kill_at, .. } | State::Reaping { kill_at, .. } => Some(kill_at),
             _ => None,
         }
@@ -166,6 +214,7 @@ impl Lifecycle {
                 }
             }
             Event::Tick => {}
+            Event::InFlight(count) => self.on_in_flight(count.unwrap_or(0), now, &mut actions),
         }
         self.advance(now, &mut actions);
         actions
@@ -183,6 +232,10 @@ impl Lifecycle {
             }
             // A second SIGTERM cuts the drain short.
             State::Draining { kill_at, .. } => self.relay_stop(kill_at, actions),
+            State::Holding { kill_at, .. } => {
+                self.end_hold(HoldEnd::SecondTerm, now, actions);
+                self.relay_stop(kill_at, actions);
+            }
             // Past the drain every SIGTERM is passed on like any other signal.
             State::Stopping { .. } | State::Reaping { .. } => self.forward(TERM, false, actions),
             State::Exited(_) => {}
@@ -198,7 +251,9 @@ impl Lifecycle {
         };
         let (kill_at, killed, stop_relayed) = match self.state {
             State::Starting | State::Running => (after(now, self.config.grace), false, false),
-            State::Draining { kill_at, .. } => (kill_at, false, false),
+            State::Draining { kill_at, .. } | State::Holding { kill_at, .. } => {
+                (kill_at, false, false)
+            }
             State::Stopping { kill_at, killed } => (kill_at, killed, true),
             State::Reaping { .. } | State::Exited(_) => return,
         };
@@ -214,6 +269,83 @@ impl Lifecycle {
             killed,
             stop_relayed,
         };
+    }
+
+    /// The drain delay is over: relay the stop signal, or with drain until idle, first
+    /// ask how many requests are in flight. `term_at` is when the SIGTERM came.
+    fn drain_delay_over(
+        &mut self,
+        term_at: Instant,
+        kill_at: Instant,
+        now: Instant,
+        actions: &mut Vec<Action>,
+    ) {
+        match self.config.drain_max {
+            Some(max) => {
+                actions.push(Action::SampleInFlight);
+                self.state = State::Holding {
+                    sample_at: after(now, HOLD_SAMPLE_EVERY),
+                    cap_at: after(term_at, max),
+                    kill_at,
+                    began: None,
+                    left: 0,
+                };
+            }
+            None => self.relay_stop(kill_at, actions),
+        }
+    }
+
+    fn on_in_flight(&mut self, count: u64, now: Instant, actions: &mut Vec<Action>) {
+        let State::Holding {
+            sample_at,
+            cap_at,
+            kill_at,
+            began,
+            ..
+        } = self.state
+        else {
+            return; // an answer that came after the hold ended
+        };
+        if count == 0 {
+            if began.is_some() {
+                self.state = State::Holding {
+                    sample_at,
+                    cap_at,
+                    kill_at,
+                    began,
+                    left: 0,
+                };
+                self.end_hold(HoldEnd::Idle, now, actions);
+            }
+            self.relay_stop(kill_at, actions);
+            return;
+        }
+        if began.is_none() {
+            actions.push(Action::HoldBegan { in_flight: count });
+        }
+        self.state = State::Holding {
+            sample_at,
+            cap_at,
+            kill_at,
+            began: began.or(Some(now)),
+            left: count,
+        };
+    }
+
+    /// Reports the end of a hold that had begun (a busy sample came); nothing otherwise.
+    fn end_hold(&mut self, why: HoldEnd, now: Instant, actions: &mut Vec<Action>) {
+        if let State::Holding {
+            began: Some(began),
+            left,
+            ..
+        } = self.state
+        {
+            actions.push(Action::HoldEnded {
+                held: now.saturating_duration_since(began),
+                left,
+                why,
+            });
+        }
     }
 
     fn relay_stop(&mut self, kill_at: Instant, actions: &mut Vec<Action>) {
@@ -241,7 +373,36 @@ impl Lifecycle {
     fn advance(&mut self, now: Instant, actions: &mut Vec<Action>) {
         while let Some(due) = self.deadline().filter(|due| *due <= now) {
             match self.state {
-                State::Draining { kill_at, .. } => self.relay_stop(kill_at, actions),
+                State::Draining { kill_at, relay_at } => {
+                    let term_at = relay_at
+                        .checked_sub(self.config.drain_delay)
+                        .unwrap_or(relay_at);
+                    self.drain_delay_over(term_at, kill_at, now, actions)
+                }
+                State::Holding {
+                    cap_at, kill_at, ..
+                } if due == cap_at => {
+                    self.end_hold(HoldEnd::DrainMax, now, actions);
+                    self.relay_stop(kill_at, actions);
+                }
+                State::Holding {
+                    cap_at,
+                    kill_at,
+                    began,
+                    left,
+                    ..
+                } => {
+                    actions.push(Action::SampleInFlight);
+                    self.state = State::Holding {
+                        sample_at: after(due.max(now), HOLD_SAMPLE_EVERY),
+                        cap_at,
+                        kill_at,
+                        began,
+                        left,
+                    };
+                    // One sample per wake-up: the answer decides the rest.
+                    break;
+                }
                 State::Stopping { killed: false, .. } => {
                     actions.push(Action::KillAll);
                     self.state = State::Stopping {
@@ -285,7 +446,7 @@ mod tests {
     use super::*;
     use crate::signals::{parse_rewrite, HUP, INT};
     use Action::*;
-    use Event::{AppExited, AppReady, NoChildrenLeft, Tick};
+    use Event::{AppExited, AppReady, InFlight, NoChildrenLeft, Tick};
 
     const DRAIN: u64 = 5;
     const GRACE: u64 = 25;
@@ -298,6 +459,23 @@ mod tests {
             rewrites: Rewrites::default(),
             remap_exit: vec![],
             group: true,
+            drain_max: None,
+        }
+    }
+
+    /// Drain until idle with `--drain-max 15s` (the default with a 5 s drain, 25 s grace).
+    fn holding() -> Config {
+        Config {
+            drain_max: Some(Duration::from_secs(15)),
+            ..config()
+        }
+    }
+
+    fn ended(held: f64, left: u64, why: HoldEnd) -> Action {
+        HoldEnded {
+            held: Duration::from_secs_f64(held),
+            left,
+            why,
         }
     }
 
@@ -334,7 +512,16 @@ mod tests {
             let got = machine.on(event, secs(at));
             assert_eq!(got, actions, "row {i}: {event:?} at {at}s");
             assert_eq!(machine.phase(), phase, "row {i}: phase after {event:?}");
-            assert_eq!(machine.deadline(), deadline.map(secs), "row {i}: deadline");
+            // Within a microsecond: 5.1 s is not exact in binary.
+            let close = match (machine.deadline(), deadline.map(secs)) {
+                (Some(a), Some(b)) => a.max(b) - a.min(b) < Duration::from_micros(1),
+                (a, b) => a == b,
+            };
+            assert!(
+                close,
+                "row {i}: deadline {:?}, expected {deadline:?}",
+                machine.deadline().map(|d| d - t0)
+            );
         }
     }
 
@@ -431,6 +618,192 @@ mod tests {
                     Some(25.0),
                 ),
                 (2.1, NoChildrenLeft, vec![Exit(0)], Phase::Exited, None),
+            ],
+        );
+    }
+
+    #[test]
+    fn hold_idle_at_the_delay_relays_on_the_first_sample() {
+        run_table(
+            holding(),
+            vec![
+                (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
+                (5.0, Tick, vec![SampleInFlight], Phase::Draining, Some(5.1)),
+                (
+                    5.0,
+                    InFlight(Some(0)),
+                    vec![relay(TERM)],
+                    Phase::Stopping,
+                    Some(25.0),
+                ),
+                // A late answer changes nothing.
+                (5.1, InFlight(Some(4)), vec![], Phase::Stopping, Some(25.0)),
+            ],
+        );
+    }
+
+    #[test]
+    fn hold_busy_then_idle_samples_every_100ms_and_relays_at_zero() {
+        run_table(
+            holding(),
+            vec![
+                (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
+                // The balancer stopped sending: nothing is relayed while requests run.
+                (5.0, Tick, vec![SampleInFlight], Phase::Draining, Some(5.1)),
+                (
+                    5.0,
+                    InFlight(Some(3)),
+                    vec![HoldBegan { in_flight: 3 }],
+                    Phase::Draining,
+                    Some(5.1),
+                ),
+                (5.1, Tick, vec![SampleInFlight], Phase::Draining, Some(5.2)),
+                (5.1, InFlight(Some(1)), vec![], Phase::Draining, Some(5.2)),
+                // SIGINT is never held; other signals pass as ever.
+                (
+                    5.15,
+                    Event::Signal(INT),
+                    vec![fwd(INT)],
+                    Phase::Draining,
+                    Some(5.2),
+                ),
+                (5.2, Tick, vec![SampleInFlight], Phase::Draining, Some(5.3)),
+                (
+                    5.25,
+                    InFlight(Some(0)),
+                    vec![ended(0.25, 0, HoldEnd::Idle), relay(TERM)],
+                    Phase::Stopping,
+                    Some(25.0),
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn hold_busy_to_the_cap_relays_at_drain_max() {
+        run_table(
+            holding(),
+            vec![
+                (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
+                (5.0, Tick, vec![SampleInFlight], Phase::Draining, Some(5.1)),
+                (
+                    5.0,
+                    InFlight(Some(2)),
+                    vec![HoldBegan { in_flight: 2 }],
+                    Phase::Draining,
+                    Some(5.1),
+                ),
+                (
+                    14.95,
+                    Tick,
+                    vec![SampleInFlight],
+                    Phase::Draining,
+                    Some(15.0),
+                ),
+                (
+                    14.95,
+                    InFlight(Some(1)),
+                    vec![],
+                    Phase::Draining,
+                    Some(15.0),
+                ),
+                (
+                    15.0,
+                    Tick,
+                    vec![ended(10.0, 1, HoldEnd::DrainMax), relay(TERM)],
+                    Phase::Stopping,
+                    Some(25.0),
+                ),
+                (25.0, Tick, vec![KillAll], Phase::Stopping, Some(27.0)),
+            ],
+        );
+    }
+
+    #[test]
+    fn hold_second_sigterm_relays_at_once() {
+        run_table(
+            holding(),
+            vec![
+                (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
+                (5.0, Tick, vec![SampleInFlight], Phase::Draining, Some(5.1)),
+                (
+                    5.0,
+                    InFlight(Some(9)),
+                    vec![HoldBegan { in_flight: 9 }],
+                    Phase::Draining,
+                    Some(5.1),
+                ),
+                (
+                    6.0,
+                    Event::Signal(TERM),
+                    vec![ended(1.0, 9, HoldEnd::SecondTerm), relay(TERM)],
+                    Phase::Stopping,
+                    Some(25.0),
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn hold_app_exit_keeps_the_grace_deadline() {
+        run_table(
+            holding(),
+            vec![
+                (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
+                (5.0, Tick, vec![SampleInFlight], Phase::Draining, Some(5.1)),
+                (
+                    5.0,
+                    InFlight(Some(1)),
+                    vec![HoldBegan { in_flight: 1 }],
+                    Phase::Draining,
+                    Some(5.1),
+                ),
+                (
+                    7.0,
+                    AppExited(AppStatus::Killed(KILL)),
+                    vec![remaining(false)],
+                    Phase::Exited,
+                    Some(25.0),
+                ),
+                (7.0, InFlight(Some(0)), vec![], Phase::Exited, Some(25.0)),
+                (7.0, NoChildrenLeft, vec![Exit(137)], Phase::Exited, None),
+            ],
+        );
+    }
+
+    #[test]
+    fn hold_a_failed_sample_counts_as_idle() {
+        run_table(
+            holding(),
+            vec![
+                (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
+                (5.0, Tick, vec![SampleInFlight], Phase::Draining, Some(5.1)),
+                (
+                    5.0,
+                    InFlight(None),
+                    vec![relay(TERM)],
+                    Phase::Stopping,
+                    Some(25.0),
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn hold_a_late_wakeup_takes_every_due_step_and_the_deadline_still_kills() {
+        // The container was paused from 1 s to 30 s: drain, cap and grace are all past.
+        run_table(
+            holding(),
+            vec![
+                (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
+                (
+                    30.0,
+                    Tick,
+                    vec![SampleInFlight, relay(TERM), KillAll],
+                    Phase::Stopping,
+                    Some(32.0),
+                ),
+                (30.0, InFlight(Some(5)), vec![], Phase::Stopping, Some(32.0)),
             ],
         );
     }

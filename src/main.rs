@@ -152,6 +152,9 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
         app_check: board.watch_check(),
         board: board.clone(),
         terminal,
+        inflight_port: settings.metrics.inflight_port,
+        inflight: None,
+        inflight_failed: false,
     };
     // Samples are taken only for a reader: the endpoint (and, later, CloudWatch).
     let sampled = listener.is_some();

@@ -11,8 +11,9 @@ use tokio::sync::watch;
 use crate::board::Board;
 use crate::health::AppCheck;
 use crate::kernel::{self, AppTerminal, Reaped, SignalInbox};
-use crate::lifecycle::{Action, AppStatus, Event, Lifecycle, Phase};
+use crate::lifecycle::{Action, AppStatus, Event, HoldEnd, Lifecycle, Phase};
 use crate::logging;
+use crate::metrics::inflight::InFlightReader;
 use crate::signals::{self, Signal};
 
 pub struct Supervisor {
@@ -27,6 +28,10 @@ pub struct Supervisor {
     /// How the app got the terminal; with a foreground group, a Ctrl-Z that stops the
     /// app stops lifeguard too (kernel::stop_with_app).
     pub terminal: AppTerminal,
+    /// `--inflight-port`, for the drain until idle; the reader opens at the first use.
+    pub inflight_port: Option<u16>,
+    pub inflight: Option<InFlightReader>,
+    pub inflight_failed: bool,
 }
 
 impl Supervisor {
@@ -45,9 +50,17 @@ impl Supervisor {
         };
         let mut ready_seen = false;
         loop {
+            // Signals read in the last turn go first, before anything is reaped: one that
+            // came just before the app's exit is the running app's (its group, its pid),
+            // and the pid is not free for reuse until it is reaped (issue #9).
+            for event in std::mem::take(&mut events) {
+                if let Some(code) = self.step(event) {
+                    return code;
+                }
+            }
             self.follow_a_stop_at_the_terminal();
             self.reap(&mut events);
-            for event in events.drain(..) {
+            for event in std::mem::take(&mut events) {
                 if let Some(code) = self.step(event) {
                     return code;
                 }
@@ -161,27 +174,85 @@ impl Supervisor {
         }
     }
 
-    /// Feeds one event to the machine and carries out what it answers.
+    /// Feeds one event to the machine and carries out what it answers, including the
+    /// events its actions answer with (an in-flight sample).
     fn step(&mut self, event: Event) -> Option<u8> {
-        let before = self.lifecycle.phase();
-        let actions = self.lifecycle.on(event, Instant::now());
-        let after = self.lifecycle.phase();
-        if after != before {
-            self.announce(before, after);
-        }
         let mut exit = None;
-        for action in actions {
-            match action {
-                Action::Forward { signal, relay } => self.forward(signal, relay),
-                Action::SignalRemaining {
-                    signal,
-                    spare_app_group,
-                } => self.signal_remaining(signal, spare_app_group),
-                Action::KillAll => self.kill_all(),
-                Action::Exit(code) => exit = Some(code),
+        let mut next = Some(event);
+        while let Some(event) = next.take() {
+            let before = self.lifecycle.phase();
+            let actions = self.lifecycle.on(event, Instant::now());
+            let after = self.lifecycle.phase();
+            if after != before {
+                self.announce(before, after);
+            }
+            for action in actions {
+                match action {
+                    Action::Forward { signal, relay } => self.forward(signal, relay),
+                    Action::SignalRemaining {
+                        signal,
+                        spare_app_group,
+                    } => self.signal_remaining(signal, spare_app_group),
+                    Action::KillAll => self.kill_all(),
+                    Action::SampleInFlight => next = Some(Event::InFlight(self.in_flight())),
+                    Action::HoldBegan { in_flight } => logging::info(
+                        "drain delay over with requests in flight: holding the stop signal",
+                        &[("in_flight", &in_flight), ("until", &"idle or --drain-max")],
+                    ),
+                    Action::HoldEnded { held, left, why } => {
+                        let held = format!("{}ms", held.as_millis());
+                        match why {
+                            HoldEnd::Idle => {
+                                logging::info("no request in flight: hold over", &[("held", &held)])
+                            }
+                            HoldEnd::DrainMax => logging::info(
+                                "--drain-max reached with requests in flight: hold over",
+                                &[("held", &held), ("in_flight", &left)],
+                            ),
+                            HoldEnd::SecondTerm => logging::info(
+                                "second SIGTERM: hold over",
+                                &[("held", &held), ("in_flight", &left)],
+                            ),
+                        }
+                    }
+                    Action::Exit(code) => exit = Some(code),
+                }
             }
         }
         exit
+    }
+
+    /// The in-flight count for the hold (drain until idle); `None` when it cannot be
+    /// read, which the lifecycle takes as idle. Said once, not every 100 ms.
+    fn in_flight(&mut self) -> Option<u64> {
+        let port = self.inflight_port?;
+        let reader = match &mut self.inflight {
+            Some(reader) => reader,
+            slot => match InFlightReader::new(port) {
+                Ok(reader) => slot.insert(reader),
+                Err(err) => {
+                    self.in_flight_failed(&err);
+                    return None;
+                }
+            },
+        };
+        match reader.sample() {
+            Ok(found) => Some(found.requests),
+            Err(err) => {
+                self.inflight = None;
+                self.in_flight_failed(&err);
+                None
+            }
+        }
+    }
+
+    fn in_flight_failed(&mut self, err: &std::io::Error) {
+        if !std::mem::replace(&mut self.inflight_failed, true) {
+            logging::warn(
+                format!("cannot count in-flight requests, taken as none: {err}"),
+                &[],
+            );
+        }
     }
 
     fn announce(&mut self, before: Phase, after: Phase) {
