@@ -3,7 +3,8 @@
 //! collects its output line by line, and waits for conditions with a timeout.
 #![allow(dead_code)]
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -425,4 +426,60 @@ pub fn args<'a>(flags: &[&'a str], app_args: &[&'a str]) -> Vec<&'a str> {
     v.push(TESTAPP);
     v.extend_from_slice(app_args);
     v
+}
+
+// ---------------------------------------------------------------------------------------
+// HTTP on loopback.
+
+/// A port nothing listens on right now.
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One request on a fresh connection: (status, body), or the connect/read error.
+pub fn request(port: u16, method: &str, path: &str) -> std::io::Result<(u16, String)> {
+    let text = exchange(
+        port,
+        &format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+    )?;
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.trim().to_string())
+        .unwrap_or_default();
+    Ok((status, body))
+}
+
+/// Sends `raw` on a fresh connection and returns everything that comes back.
+pub fn exchange(port: u16, raw: &str) -> std::io::Result<String> {
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
+    stream.set_read_timeout(Some(Duration::from_secs(10)))?;
+    stream.write_all(raw.as_bytes())?;
+    let mut text = String::new();
+    stream.read_to_string(&mut text)?;
+    Ok(text)
+}
+
+pub fn get(port: u16, path: &str) -> (u16, String) {
+    request(port, "GET", path).unwrap_or_else(|e| panic!("GET {path} on {port}: {e}"))
+}
+
+/// Waits until GET `path` answers `status` with `body`.
+pub fn wait_for_answer(port: u16, path: &str, status: u16, body: &str) {
+    wait_until(&format!("{path} to answer {status} {body}"), || {
+        (request(port, "GET", path).ok()? == (status, body.to_string())).then_some(())
+    });
+}
+
+pub fn listen_flag(port: u16) -> String {
+    format!("127.0.0.1:{port}")
 }

@@ -21,7 +21,14 @@
 //!                     answers after 2 s, `/health` 200 (500 after SIGUSR1 flips it),
 //!                     anything else 200 at once; prints `request PATH` on arrival. On
 //!                     SIGTERM it closes its port at once (as Uvicorn does), prints
-//!                     `closed`, finishes the requests in flight, then exits
+//!                     `closed`, finishes the requests in flight, then exits.
+//!                     `--http ADDR:PORT` listens there instead (`[::]:8080`);
+//!                     `/slow/MS` answers after MS milliseconds
+//!   --keep-alive      the web server keeps connections open between requests
+//!   --die-on-term     the web server's SIGTERM is fatal at once, as for an app with no
+//!                     handler: requests in flight are lost
+//!   --burn            spin one thread on the CPU for ever
+//!   --hold-mb N       allocate and touch N MiB, and keep them
 #![allow(unsafe_code)]
 
 use std::io::Write;
@@ -37,7 +44,11 @@ fn main() {
     let mut daemon = None;
     let mut report = false;
     let mut ignore_stop = false;
-    let mut http_port = None;
+    let mut http_addr = None;
+    let mut keep_alive = false;
+    let mut die_on_term = false;
+    let mut burn = false;
+    let mut hold_mb = 0usize;
     let mut thread_outlives_main = false;
     let mut defaulted = Vec::new();
     let mut it = args.iter();
@@ -61,7 +72,18 @@ fn main() {
             "--ignore-stop" => ignore_stop = true,
             "--thread-outlives-main" => thread_outlives_main = true,
             "--default-signal" => defaulted.push(value().parse::<i32>().unwrap()),
-            "--http" => http_port = Some(value().parse::<u16>().unwrap()),
+            "--http" => {
+                let v = value();
+                http_addr = Some(if v.contains(':') {
+                    v
+                } else {
+                    format!("127.0.0.1:{v}")
+                });
+            }
+            "--keep-alive" => keep_alive = true,
+            "--die-on-term" => die_on_term = true,
+            "--burn" => burn = true,
+            "--hold-mb" => hold_mb = value().parse().unwrap(),
             other => panic!("testapp: unknown option {other}"),
         }
     }
@@ -109,7 +131,16 @@ fn main() {
     if zombies > 0 {
         leave_zombies(zombies);
     }
-    let server = http_port.map(web::Server::start);
+    let server = http_addr.map(|addr| web::Server::start(&addr, keep_alive));
+    let held: Vec<u8> = hold(hold_mb);
+    if burn {
+        std::thread::spawn(|| {
+            let mut x = 0u64;
+            loop {
+                x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+            }
+        });
+    }
     say("ready");
     if let Some(n) = exit_now {
         std::process::exit(n);
@@ -133,6 +164,10 @@ fn main() {
             if sig == libc::SIGUSR1 {
                 server.flip_health();
             }
+            if sig == libc::SIGTERM && die_on_term {
+                say("dying");
+                die_by(libc::SIGTERM);
+            }
             if sig == libc::SIGTERM {
                 server.close_and_finish();
                 say("exiting");
@@ -142,9 +177,34 @@ fn main() {
         if exit_on.contains(&sig) {
             std::thread::sleep(Duration::from_millis(linger));
             say("exiting");
+            drop(held);
             std::process::exit(code);
         }
     }
+}
+
+/// N MiB, every page written so it is resident (anonymous memory, not cache).
+fn hold(mb: usize) -> Vec<u8> {
+    let mut held = vec![0u8; mb << 20];
+    for page in held.chunks_mut(4096) {
+        page[0] = 1;
+    }
+    std::hint::black_box(held)
+}
+
+/// Ends the process by `sig` with its default action, as if it had no handler.
+fn die_by(sig: i32) -> ! {
+    // SAFETY: resets one disposition and unblocks it for this thread, then sends it to
+    // the process; plain calls with no memory involved.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, sig);
+        libc::pthread_sigmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::kill(libc::getpid(), sig);
+    }
+    std::process::exit(128 + sig);
 }
 
 fn say(line: &str) {
@@ -304,8 +364,8 @@ mod web {
     }
 
     impl Server {
-        pub fn start(port: u16) -> Server {
-            let listener = TcpListener::bind(("127.0.0.1", port)).expect("testapp: bind");
+        pub fn start(addr: &str, keep_alive: bool) -> Server {
+            let listener = TcpListener::bind(addr).expect("testapp: bind");
             let server = Server {
                 fd: listener.as_raw_fd(),
                 in_flight: Arc::new(AtomicUsize::new(0)),
@@ -319,7 +379,7 @@ mod web {
                     in_flight.fetch_add(1, Ordering::SeqCst);
                     let (in_flight, healthy) = (in_flight.clone(), healthy.clone());
                     std::thread::spawn(move || {
-                        handle(stream, &healthy);
+                        handle(stream, &healthy, keep_alive);
                         in_flight.fetch_sub(1, Ordering::SeqCst);
                     });
                 }
@@ -343,30 +403,45 @@ mod web {
         }
     }
 
-    fn handle(mut stream: TcpStream, healthy: &AtomicBool) {
-        let mut head = Vec::new();
+    /// One request, or with `keep_alive` one after another until the client closes.
+    fn handle(mut stream: TcpStream, healthy: &AtomicBool, keep_alive: bool) {
+        let mut pending = Vec::new();
         let mut buf = [0u8; 1024];
-        while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-            match stream.read(&mut buf) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => head.extend_from_slice(&buf[..n]),
+        loop {
+            while !pending.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut buf) {
+                    Ok(0) | Err(_) => return,
+                    Ok(n) => pending.extend_from_slice(&buf[..n]),
+                }
+            }
+            let end = pending.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+            let head = String::from_utf8_lossy(&pending[..end]).to_string();
+            pending.drain(..end);
+            let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
+            super::say(&format!("request {path}"));
+            let (status, body) = match path.as_str() {
+                "/slow" => {
+                    std::thread::sleep(Duration::from_secs(2));
+                    ("200 OK", "slow done")
+                }
+                p if p.starts_with("/slow/") => {
+                    let ms = p["/slow/".len()..].parse().unwrap_or(1000);
+                    std::thread::sleep(Duration::from_millis(ms));
+                    ("200 OK", "slow done")
+                }
+                "/health" if !healthy.load(Ordering::SeqCst) => {
+                    ("500 Internal Server Error", "sick")
+                }
+                _ => ("200 OK", "hello"),
+            };
+            let connection = if keep_alive { "keep-alive" } else { "close" };
+            let response = format!(
+                "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: {connection}\r\n\r\n{body}",
+                body.len()
+            );
+            if stream.write_all(response.as_bytes()).is_err() || !keep_alive {
+                return;
             }
         }
-        let head = String::from_utf8_lossy(&head);
-        let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
-        super::say(&format!("request {path}"));
-        let (status, body) = match path.as_str() {
-            "/slow" => {
-                std::thread::sleep(Duration::from_secs(2));
-                ("200 OK", "slow done")
-            }
-            "/health" if !healthy.load(Ordering::SeqCst) => ("500 Internal Server Error", "sick"),
-            _ => ("200 OK", "hello"),
-        };
-        let response = format!(
-            "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        let _ = stream.write_all(response.as_bytes());
     }
 }
