@@ -93,10 +93,12 @@ impl Derive {
             Scope::Task => r.task_limits.cpu_cores.or_else(|| cg.limit_cores()),
             Scope::Container => cg.limit_cores(),
         };
+        // A cgroup limit above the host's memory is no limit: the host's runs out first.
         let memory_limit = match scope {
             Scope::Task => r.task_limits.memory_bytes.or(cg.memory_limit),
             Scope::Container => cg.memory_limit,
         }
+        .map(|limit| cg.memory_total.map_or(limit, |total| limit.min(total)))
         .or(cg.memory_total);
         let cpu_utilization = match (self.previous_cpu, cpu_ns, cpu_limit) {
             (Some((was_scope, was_at, was_ns)), Some(ns), Some(limit))
@@ -158,7 +160,7 @@ struct TaskState {
 }
 
 async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, board: Arc<Board>) {
-    let cgroup = cgroup::discover();
+    let mut cgroup = cgroup::discover();
     logging::info("metrics: sampling", &[("cgroup", &cgroup.describe())]);
     let mut inflight = config.inflight_port.map(InFlightSource::new);
     let mut derive = Derive::default();
@@ -168,6 +170,13 @@ async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, boa
         ticker.tick().await;
         let at = Instant::now();
         let reading = cgroup.read();
+        // Each file that cannot be read costs its gauge, said once (issue #6).
+        for failure in &reading.new_failures {
+            logging::warn(
+                format!("metrics: {} unavailable: {}", failure.field, failure.reason),
+                &[("path", &failure.path.display())],
+            );
+        }
         let (task_usage, task_limits) = match &task {
             Some(state) => {
                 let state = state.lock().expect("task state lock");
@@ -311,6 +320,7 @@ mod tests {
             memory_limit: Some(512 << 20),
             memory_total: Some(24 << 30),
             oom_kills: Some(1),
+            ..Default::default()
         }
     }
 
@@ -356,17 +366,19 @@ mod tests {
     }
 
     #[test]
-    fn no_limit_anywhere_falls_back_to_memtotal() {
-        let mut reading = cgroup_reading(0);
-        reading.memory_limit = None;
-        let s = Derive::default().next(&Reading {
-            at: Instant::now(),
-            cgroup: &reading,
-            task: None,
-            task_limits: ecs::TaskLimits::default(),
-            inflight: None,
-        });
-        assert_eq!(s.memory_limit_bytes, Some(24 << 30));
+    fn no_limit_or_one_above_the_host_is_memtotal() {
+        for limit in [None, Some(64 << 30)] {
+            let mut reading = cgroup_reading(0);
+            reading.memory_limit = limit;
+            let s = Derive::default().next(&Reading {
+                at: Instant::now(),
+                cgroup: &reading,
+                task: None,
+                task_limits: ecs::TaskLimits::default(),
+                inflight: None,
+            });
+            assert_eq!(s.memory_limit_bytes, Some(24 << 30), "{limit:?}");
+        }
     }
 
     #[test]
