@@ -1,0 +1,196 @@
+//! `/metrics` against the real Prometheus tools (Debian package `prometheus`, installed
+//! by scripts/test.sh): `promtool check metrics` finds nothing to complain about, and a
+//! real Prometheus server scraping lifeguard every second reads the values back through
+//! its query API.
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+use common::*;
+
+fn tool(name: &str) -> PathBuf {
+    for dir in ["/usr/bin", "/usr/local/bin", "/bin"] {
+        let path = PathBuf::from(dir).join(name);
+        if path.exists() {
+            return path;
+        }
+    }
+    panic!("THIS TEST CANNOT RUN: `{name}` is not installed (apt-get install prometheus; scripts/test.sh does it)");
+}
+
+/// lifeguard with its endpoint and in-flight counting on, supervising the testapp's web
+/// server; returns once `/metrics` has its first sample.
+fn start_observed() -> (Run, u16) {
+    let port = free_port();
+    let app_port = free_port().to_string();
+    let listen = listen_flag(port);
+    let run = start(
+        Mode::Pid1,
+        &args(
+            &["--listen", &listen, "--inflight-port", &app_port],
+            &["--http", &app_port],
+        ),
+    );
+    run.ready();
+    wait_until("a first sample", || {
+        let (_, body) = request(port, "GET", "/metrics").ok()?;
+        body.contains("lifeguard_requests_in_flight").then_some(())
+    });
+    (run, port)
+}
+
+#[test]
+fn promtool_finds_nothing_wrong_with_the_exposition() {
+    let promtool = tool("promtool");
+    let (run, port) = start_observed();
+    // Two samples, so the rates are there too.
+    wait_until("a utilization sample", || {
+        let (_, body) = request(port, "GET", "/metrics").ok()?;
+        body.contains("lifeguard_cpu_utilization_percent")
+            .then_some(body)
+    });
+    run.signal(libc::SIGHUP);
+    run.expect_line("signal HUP");
+    // Exactly as served (the request helper trims the body; the format needs its last
+    // newline).
+    let raw = exchange(
+        port,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    .unwrap();
+    let body = raw.split_once("\r\n\r\n").unwrap().1.to_string();
+    let mut check = Command::new(promtool)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write;
+    check
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(body.as_bytes())
+        .unwrap();
+    let out = check.wait_with_output().unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && said.trim().is_empty(),
+        "promtool check metrics: {:?}\n{said}\n--- exposition\n{body}",
+        out.status
+    );
+    for name in [
+        "lifeguard_cpu_usage_seconds_total",
+        "lifeguard_cpu_limit_cores",
+        "lifeguard_cpu_utilization_percent",
+        "lifeguard_memory_working_set_bytes",
+        "lifeguard_memory_limit_bytes",
+        "lifeguard_memory_utilization_percent",
+        "lifeguard_requests_in_flight",
+        "lifeguard_ready",
+        "lifeguard_draining",
+        "lifeguard_signals_forwarded_total{signal=\"SIGHUP\"}",
+        "lifeguard_zombies_reaped_total",
+        "lifeguard_build_info{version=",
+    ] {
+        assert!(body.contains(&format!("\n{name}")), "no {name} in\n{body}");
+    }
+}
+
+/// A Prometheus server on 127.0.0.1 with a storage directory of its own, killed on drop.
+struct Server {
+    child: Child,
+    dir: PathBuf,
+    port: u16,
+}
+
+impl Server {
+    fn scraping(target_port: u16) -> Server {
+        let prometheus = tool("prometheus");
+        let dir = std::env::temp_dir().join(format!("lifeguard-prometheus-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(
+            dir.join("prometheus.yml"),
+            format!(
+                "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n\
+                 scrape_configs:\n  - job_name: lifeguard\n    static_configs:\n      \
+                 - targets: ['127.0.0.1:{target_port}']\n"
+            ),
+        )
+        .unwrap();
+        let port = free_port();
+        let child = Command::new(prometheus)
+            .arg(format!(
+                "--config.file={}",
+                dir.join("prometheus.yml").display()
+            ))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.join("log")).unwrap())
+            .spawn()
+            .unwrap();
+        Server { child, dir, port }
+    }
+
+    /// The first value of an instant query, once the server has one.
+    fn query(&self, expr: &str) -> f64 {
+        let path = format!("/api/v1/query?query={expr}");
+        let found = wait_until(&format!("Prometheus to have {expr}"), || {
+            let (status, body) = request(self.port, "GET", &path).ok()?;
+            if status != 200 {
+                return None;
+            }
+            let doc: serde_json::Value = serde_json::from_str(&body).ok()?;
+            let value = doc.pointer("/data/result/0/value/1")?.as_str()?;
+            value.parse::<f64>().ok()
+        });
+        found
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            let log = std::fs::read_to_string(self.dir.join("log")).unwrap_or_default();
+            eprintln!("--- prometheus log\n{log}");
+        }
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn a_real_prometheus_server_scrapes_lifeguard_every_second() {
+    let (run, port) = start_observed();
+    let server = Server::scraping(port);
+    assert_eq!(server.query("lifeguard_build_info"), 1.0);
+    assert_eq!(server.query("up{job=\"lifeguard\"}"), 1.0);
+    // The same figure lifeguard serves itself.
+    let limit = server.query("lifeguard_cpu_limit_cores");
+    let (_, body) = get(port, "/metrics");
+    assert!(
+        body.contains(&format!("\nlifeguard_cpu_limit_cores {limit}\n")),
+        "Prometheus read {limit}; lifeguard serves\n{body}"
+    );
+    // And it moves: a signal forwarded shows in the next scrapes.
+    run.signal(libc::SIGUSR2);
+    run.expect_line("signal USR2");
+    let forwarded = wait_until("the counter to reach Prometheus", || {
+        let v = server.query("sum(lifeguard_signals_forwarded_total)");
+        (v >= 1.0).then_some(v)
+    });
+    assert_eq!(forwarded, 1.0);
+}
