@@ -269,9 +269,16 @@ fn slow_requests_are_in_flight_and_an_idle_keep_alive_connection_is_not() {
     // An idle keep-alive connection: one request answered, the connection left open.
     let mut idle = send_get(&addr, "/");
     assert!(read_answer(&mut idle).contains("hello"));
-    let quiet = scrape_until(port, "in-flight 0 with an idle connection", |m| {
-        in_flight(m) == Some(0.0)
+    // A sample taken after the answer (the CPU counter moves with every sample).
+    let before = scrape(port)["lifeguard_cpu_usage_seconds_total"];
+    let quiet = scrape_until(port, "a sample with the idle connection", |m| {
+        m["lifeguard_cpu_usage_seconds_total"] != before
     });
+    assert_eq!(
+        in_flight(&quiet),
+        Some(0.0),
+        "an idle keep-alive connection counted"
+    );
     assert_eq!(quiet["lifeguard_accept_queue_length"], 0.0);
     // Two slow requests (6 s) on fresh connections, one on the kept-alive one.
     let mut slow = vec![send_get(&addr, "/slow/6000"), send_get(&addr, "/slow/6000")];
