@@ -121,7 +121,15 @@ struct Container(String);
 
 impl Container {
     fn run(image: &Image) -> Container {
-        let id = docker_ok(&["run", "-d", "--network", "none", &image.0]);
+        Container::run_with(image, &[])
+    }
+
+    /// With more `docker run` options (limits, say).
+    fn run_with(image: &Image, options: &[&str]) -> Container {
+        let mut argv = vec!["run", "-d", "--network", "none"];
+        argv.extend_from_slice(options);
+        argv.push(&image.0);
+        let id = docker_ok(&argv);
         let c = Container(id);
         wait_until("the app to print ready", || {
             c.logs().contains("ready").then_some(())
@@ -143,7 +151,14 @@ impl Container {
     }
 
     fn probe(&self) -> (i32, String) {
-        let out = docker(&["exec", &self.0, "/lifeguard", "--probe"]);
+        self.probe_url(None)
+    }
+
+    /// `lifeguard --probe [URL]` inside the container: (exit code, `STATUS BODY`).
+    fn probe_url(&self, url: Option<&str>) -> (i32, String) {
+        let mut argv = vec!["exec", &self.0, "/lifeguard", "--probe"];
+        argv.extend(url);
+        let out = docker(&argv);
         (
             out.status.code().unwrap_or(-1),
             String::from_utf8_lossy(&out.stdout).trim().to_string(),
@@ -240,4 +255,54 @@ fn the_probe_reaches_an_ipv6_any_listener_in_a_container_without_ipv6() {
     wait_until("docker to call the container healthy", || {
         (c.inspect("{{.State.Health.Status}}") == "healthy").then_some(())
     });
+}
+
+/// `name value` lines of a Prometheus text, as numbers.
+fn gauges(text: &str) -> std::collections::HashMap<String, f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (key, value) = l.rsplit_once(' ')?;
+            Some((key.to_string(), value.parse().ok()?))
+        })
+        .collect()
+}
+
+#[test]
+fn a_limited_container_reports_its_own_limits_and_usage_from_inside() {
+    const LIMIT: f64 = (256u64 << 20) as f64;
+    let image = Image::build(
+        "limits",
+        &["--drain-delay", "0"],
+        &["--burn", "--hold-mb", "64"],
+    );
+    let c = Container::run_with(&image, &["--cpus", "0.5", "--memory", "256m"]);
+    // Read from inside, as a scrape through the container's own loopback would.
+    let metrics = wait_until("two samples with utilization and throttling", || {
+        let (code, answer) = c.probe_url(Some("http://127.0.0.1:9595/metrics"));
+        let m = gauges(answer.strip_prefix("200 ")?);
+        (code == 0
+            && m.contains_key("lifeguard_cpu_utilization_percent")
+            && m.get("lifeguard_cpu_throttled_seconds_total") > Some(&0.0))
+        .then_some(m)
+    });
+    assert_eq!(
+        metrics["lifeguard_cpu_limit_cores"],
+        0.5,
+        "{metrics:?}\n{}",
+        c.logs()
+    );
+    assert_eq!(
+        metrics["lifeguard_memory_limit_bytes"], LIMIT,
+        "{metrics:?}"
+    );
+    let ws = metrics["lifeguard_memory_working_set_bytes"];
+    assert!(
+        ws >= (64u64 << 20) as f64 && ws < LIMIT,
+        "working set {ws} with 64 MiB held"
+    );
+    // One 1-second sample against a quota enforced per 100 ms: within 60-130 %.
+    let cpu = metrics["lifeguard_cpu_utilization_percent"];
+    assert!((60.0..=130.0).contains(&cpu), "utilization {cpu} %");
+    assert!(!c.logs().contains("warning: metrics"), "{}", c.logs());
 }

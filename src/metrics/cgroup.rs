@@ -623,16 +623,19 @@ pub fn discover_in(root: &Path, proc_self_cgroup: &str, mountinfo: &str) -> Cgro
 impl Cgroup {
     /// Reads MemTotal and the online CPUs from these files instead (recorded trees keep
     /// them at their top level).
+    #[cfg(test)]
     pub fn with_system_files(mut self, meminfo: PathBuf, cpu_online: PathBuf) -> Self {
         self.meminfo = meminfo;
         self.cpu_online = cpu_online;
         self
     }
 
+    #[cfg(test)]
     pub fn layout(&self) -> Layout {
         self.layout
     }
 
+    #[cfg(test)]
     pub fn resolved(&self) -> &Resolved {
         &self.resolved
     }
