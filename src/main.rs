@@ -13,6 +13,7 @@ mod lifecycle;
 mod logging;
 mod metrics;
 mod probe;
+mod runtime;
 mod signals;
 mod supervisor;
 
@@ -92,28 +93,20 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
             logging::warn(format!("cannot become a child subreaper: {err}"), &[]);
         }
     }
-    // The C library starts every thread with its reserved signals (32-34) unblocked,
-    // and such a signal would go to that thread with its default action: death. Every
-    // runtime thread (only name lookups for an app check start any: tokio's blocking
-    // pool) re-blocks them first thing, and the one lookup thread is started before
-    // the app and kept, so no thread is born while the app runs.
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .on_thread_start(kernel::reblock_every_signal)
-        .max_blocking_threads(1)
-        .thread_keep_alive(Duration::from_secs(365 * 86400))
-        .build()
-        .context("starting the runtime")?;
-    if settings
+    // Every thread is started before the app (runtime.rs says why).
+    let name_lookups = settings
         .app_check
         .as_ref()
-        .is_some_and(AppCheckKind::needs_name_lookup)
-    {
-        let _ = runtime.block_on(runtime.spawn_blocking(|| ()));
-    }
+        .is_some_and(AppCheckKind::needs_name_lookup);
+    let runtime = runtime::current_thread(name_lookups).context("starting the runtime")?;
     // Bound before the app starts, so an unusable explicit address stops everything
     // with 125 and nothing is left half-started (DESIGN §4).
     let listener = bind_endpoint(settings.listen)?;
+    let board = Board::new();
+    // Samples are taken only for a reader: the endpoint (and, later, CloudWatch).
+    if listener.is_some() {
+        metrics::start(settings.metrics.clone(), board.clone());
+    }
     let terminal = kernel::release_terminal(&inbox);
 
     let program = settings.command[0].to_string_lossy().into_owned();
@@ -144,7 +137,6 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
     };
     logging::info("app started", &[("pid", &app_pid), ("command", &program)]);
 
-    let board = Board::new();
     let supervisor = Supervisor {
         lifecycle: Lifecycle::new(settings.lifecycle),
         app_pid,
@@ -156,16 +148,11 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
         inflight: None,
         inflight_failed: false,
     };
-    // Samples are taken only for a reader: the endpoint (and, later, CloudWatch).
-    let sampled = listener.is_some();
     let code = runtime.block_on(async move {
         if let Some((listener, cap)) = listener {
             http::start(listener, board.clone(), cap);
         }
         app_check::start(settings.app_check, settings.check_interval, board.clone());
-        if sampled {
-            metrics::start(settings.metrics, board.clone());
-        }
         supervisor.run(inbox).await
     });
     // Do not wait for connections or a DNS lookup still under way: the app is gone.

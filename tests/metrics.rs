@@ -62,6 +62,9 @@ fn start_sampling_with(
     let run = start_with(Mode::Pid1, &args(&all, app_args), tweak);
     run.ready();
     wait_for_answer(port, "/livez", 200, "alive");
+    scrape_until(port, "a first sample", |m| {
+        m.contains_key("lifeguard_cpu_usage_seconds_total")
+    });
     (run, port)
 }
 

@@ -135,21 +135,41 @@ impl Derive {
     }
 }
 
-/// Starts the sampler on the current runtime. Nothing in it blocks: the cgroup files
-/// and one sock_diag dump cost well under a millisecond, and the task metadata is
-/// fetched by a task of its own with a timeout, so a hung endpoint costs the task-scope
-/// figures and nothing else.
+/// Starts the sampler on a thread of its own (started now, before the app: runtime.rs),
+/// so sampling never takes a moment from supervision: the cgroup files and the
+/// sock_diag dump are synchronous reads (well under a millisecond, more with many
+/// connections on the port), and the task metadata is fetched by a task of its own with
+/// a timeout, so a hung endpoint costs the task-scope figures and nothing else. If the
+/// thread cannot start, lifeguard runs on without samples.
 pub fn start(config: Config, board: Arc<Board>) {
-    let task = config.ecs_metadata.as_deref().map(|uri| {
-        let shared = Arc::new(Mutex::new(TaskState::default()));
-        tokio::spawn(poll_task(
-            ecs::Client::new(uri, METADATA_TIMEOUT),
-            shared.clone(),
-            board.clone(),
-        ));
-        shared
+    // The agent gives an address (169.254.170.2); a name would need the lookup thread.
+    let name_lookups = config.ecs_metadata.as_deref().is_some_and(|uri| {
+        uri.parse::<hyper::Uri>()
+            .ok()
+            .and_then(|u| {
+                u.host().map(|h| {
+                    h.trim_matches(['[', ']'])
+                        .parse::<std::net::IpAddr>()
+                        .is_err()
+                })
+            })
+            .unwrap_or(false)
     });
-    tokio::spawn(sample_forever(config, task, board));
+    let started = crate::runtime::spawn_thread("metrics", name_lookups, move || async move {
+        let task = config.ecs_metadata.as_deref().map(|uri| {
+            let shared = Arc::new(Mutex::new(TaskState::default()));
+            tokio::spawn(poll_task(
+                ecs::Client::new(uri, METADATA_TIMEOUT),
+                shared.clone(),
+                board.clone(),
+            ));
+            shared
+        });
+        sample_forever(config, task, board).await
+    });
+    if let Err(reason) = started {
+        logging::warn(format!("metrics off: {reason}"), &[]);
+    }
 }
 
 /// The latest from the task metadata endpoint.
