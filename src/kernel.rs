@@ -10,7 +10,6 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use crate::lifecycle::AppStatus;
 use crate::signals::{self, Signal};
 
 // ---------------------------------------------------------------------------------------
@@ -590,7 +589,8 @@ pub fn spawn_app(command: &[OsString], terminal: AppTerminal) -> io::Result<i32>
 pub enum Reaped {
     Child {
         pid: i32,
-        status: AppStatus,
+        /// The raw wait status (lifecycle::AppStatus::from_wait decodes it).
+        status: libc::c_int,
     },
     /// Children exist but none has exited.
     NoneExited,
@@ -598,19 +598,14 @@ pub enum Reaped {
     NoChildren,
 }
 
-/// One `waitpid(-1, WNOHANG)`. Decoded by hand: nix's `WaitStatus` cannot represent a
-/// death by a real-time signal.
+/// One `waitpid(-1, WNOHANG)`; the status stays raw (nix's `WaitStatus` cannot represent
+/// a death by a real-time signal).
 pub fn reap_one() -> Reaped {
     let mut status: libc::c_int = 0;
     loop {
         // SAFETY: `status` is a valid out-pointer for the duration of the call.
         let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
         if pid > 0 {
-            let status = if libc::WIFSIGNALED(status) {
-                AppStatus::Killed(Signal(libc::WTERMSIG(status)))
-            } else {
-                AppStatus::Exited(libc::WEXITSTATUS(status) as u8)
-            };
             return Reaped::Child { pid, status };
         }
         if pid == 0 {

@@ -55,6 +55,15 @@ pub enum AppStatus {
 }
 
 impl AppStatus {
+    /// Decodes a raw `waitpid` status (exit or death by any signal, real-time included).
+    pub fn from_wait(status: libc::c_int) -> AppStatus {
+        if libc::WIFSIGNALED(status) {
+            AppStatus::Killed(Signal(libc::WTERMSIG(status)))
+        } else {
+            AppStatus::Exited(libc::WEXITSTATUS(status) as u8)
+        }
+    }
+
     /// The shell convention: the exit code, or 128+N for death by signal N.
     pub fn code(self) -> u8 {
         match self {
@@ -1010,6 +1019,17 @@ mod tests {
             vec![remaining(false)]
         );
         assert!(machine.deadline().unwrap() > now + Duration::from_secs(86400 * 365));
+    }
+
+    #[test]
+    fn wait_statuses_decode_exits_and_every_signal() {
+        assert_eq!(AppStatus::from_wait(3 << 8), AppStatus::Exited(3));
+        assert_eq!(AppStatus::from_wait(9), AppStatus::Killed(KILL));
+        assert_eq!(AppStatus::from_wait(64), AppStatus::Killed(Signal(64)));
+        assert_eq!(
+            AppStatus::from_wait(0x80 | 11),
+            AppStatus::Killed(Signal(11))
+        );
     }
 
     #[test]

@@ -129,6 +129,7 @@ impl Supervisor {
         loop {
             match kernel::reap_one() {
                 Reaped::Child { pid, status } if pid == self.app_pid => {
+                    let status = AppStatus::from_wait(status);
                     logging::info(
                         "app exited",
                         &[
@@ -140,6 +141,7 @@ impl Supervisor {
                     events.push(Event::AppExited(status));
                 }
                 Reaped::Child { pid, status } => {
+                    let status = AppStatus::from_wait(status);
                     self.board.counters.zombie_reaped();
                     if self.warn_on_reap {
                         logging::warn(

@@ -1,5 +1,6 @@
-//! The command line (DESIGN §2): flags, their `LIFEGUARD_*` environment twins, the tini
-//! and dumb-init compatibility variables, and validation into `Settings`.
+//! The command line (DESIGN §2): parsing and validation into `Settings`. The flags and
+//! their twins are `flags`, the value parsers `values`, the tini and dumb-init
+//! variables `compat`.
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
@@ -7,131 +8,19 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use clap::parser::ValueSource;
-use clap::{ArgAction, CommandFactory, FromArgMatches, Parser};
+use clap::{CommandFactory, FromArgMatches};
 
 use crate::lifecycle;
 use crate::logging::{self, Level};
 use crate::metrics;
-use crate::signals::{self, Rewrites, Signal};
+use crate::signals::{Rewrites, Signal};
 
-const DURATION_FORM: &str = "a duration like 500ms, 5s, 2m or a plain number of seconds";
+mod compat;
+mod flags;
+mod values;
 
-#[derive(Parser, Debug)]
-#[command(
-    name = "lifeguard",
-    version,
-    about = "PID 1 for containers: reaps zombies, forwards signals, drains before stopping, \
-             and kills what outlives the grace deadline.",
-    override_usage = "lifeguard [OPTIONS] [--] COMMAND [ARG...]\n       lifeguard --probe [ready|live|URL]",
-    after_help = "Every option can also be set as LIFEGUARD_<NAME> (e.g. LIFEGUARD_DRAIN_DELAY=2s); \
-                  the flag wins. See lifeguard(1)."
-)]
-struct Cli {
-    /// After SIGTERM: time spent not-ready before the stop signal is relayed
-    #[arg(long, env = "LIFEGUARD_DRAIN_DELAY", value_name = "DUR", default_value = "5s",
-          value_parser = parse_duration, allow_negative_numbers = true)]
-    drain_delay: Duration,
-
-    /// With --inflight-port: after the drain delay, hold the stop signal while requests are
-    /// in flight, up to DUR after the SIGTERM. Default: halfway from the drain delay to the
-    /// grace deadline. No effect without --inflight-port
-    #[arg(long, env = "LIFEGUARD_DRAIN_MAX", value_name = "DUR",
-          value_parser = parse_duration, allow_negative_numbers = true)]
-    drain_max: Option<Duration>,
-
-    /// Deadline counted from SIGTERM (drain included); then SIGKILL. Must exceed the drain delay
-    #[arg(long, env = "LIFEGUARD_GRACE", value_name = "DUR", default_value = "25s",
-          value_parser = parse_duration, allow_negative_numbers = true)]
-    grace: Duration,
-
-    /// Health and metrics endpoint address (HOST:PORT, :PORT), or `off`. Default 0.0.0.0:9595
-    #[arg(long, env = "LIFEGUARD_LISTEN", value_name = "ADDR", value_parser = parse_listen)]
-    listen: Option<Listen>,
-
-    /// The app is ready while GET URL answers 2xx (http:// only)
-    #[arg(long, env = "LIFEGUARD_READY_HTTP", value_name = "URL", value_parser = parse_http_url)]
-    ready_http: Option<hyper::Uri>,
-
-    /// The app is ready while a TCP connection to HOST:PORT succeeds
-    #[arg(long, env = "LIFEGUARD_READY_TCP", value_name = "HOST:PORT", value_parser = parse_host_port)]
-    ready_tcp: Option<(String, u16)>,
-
-    /// How often the app check runs; it also times out after this long
-    #[arg(long, env = "LIFEGUARD_READY_INTERVAL", value_name = "DUR", default_value = "1s",
-          value_parser = parse_positive_duration, allow_negative_numbers = true)]
-    ready_interval: Duration,
-
-    /// Count the app's in-flight requests on this TCP port (accept queue plus requests
-    /// outstanding, read from the kernel): /metrics, CloudWatch, the drain
-    #[arg(long, env = "LIFEGUARD_INFLIGHT_PORT", value_name = "PORT", value_parser = parse_port,
-          allow_negative_numbers = true)]
-    inflight_port: Option<u16>,
-
-    /// Client mode for HEALTHCHECK: GET lifeguard's own /readyz (ready), /livez (live), or
-    /// URL; exit 0 on 2xx, 1 otherwise
-    #[arg(long, value_name = "ready|live|URL", num_args = 0..=1, default_missing_value = "ready",
-          value_parser = parse_probe)]
-    probe: Option<ProbeTarget>,
-
-    /// How long --probe waits for the answer
-    #[arg(long, env = "LIFEGUARD_PROBE_TIMEOUT", value_name = "DUR", default_value = "2s",
-          value_parser = parse_positive_duration, allow_negative_numbers = true)]
-    probe_timeout: Duration,
-
-    /// Signal only the direct child, not its process group (dumb-init -c)
-    #[arg(short = 'c', long, env = "LIFEGUARD_SINGLE_CHILD")]
-    single_child: bool,
-
-    /// Rewrite a signal before forwarding it (TERM:QUIT, 15:3; TO = 0 or DROP drops it); repeatable
-    #[arg(short = 'r', long, env = "LIFEGUARD_REWRITE", value_name = "FROM:TO",
-          value_delimiter = ',', value_parser = signals::parse_rewrite)]
-    rewrite: Vec<(Signal, Signal)>,
-
-    /// Report exit CODE as 0 (tini -e); repeatable
-    #[arg(short = 'e', long, env = "LIFEGUARD_REMAP_EXIT", value_name = "CODE",
-          value_delimiter = ',', value_parser = parse_exit_code, allow_negative_numbers = true)]
-    remap_exit: Vec<u8>,
-
-    /// Signal lifeguard gets when its parent dies (tini -p)
-    #[arg(short = 'p', long, env = "LIFEGUARD_PDEATHSIG", value_name = "SIG",
-          value_parser = parse_signal)]
-    pdeathsig: Option<Signal>,
-
-    /// Accepted for tini compatibility: lifeguard is a child subreaper whenever it is not PID 1
-    #[arg(short = 's', long, env = "LIFEGUARD_SUBREAPER")]
-    subreaper: bool,
-
-    /// Accepted for tini compatibility: signals go to the process group by default
-    #[arg(short = 'g')]
-    group: bool,
-
-    /// Log each reaped orphan (tini -w)
-    #[arg(short = 'w', long, env = "LIFEGUARD_WARN_ON_REAP")]
-    warn_on_reap: bool,
-
-    /// More log output; repeat for more (-v info, -vv debug)
-    #[arg(short = 'v', long, action = ArgAction::Count)]
-    verbose: u8,
-
-    /// Less log output: errors only
-    #[arg(short = 'q', long, action = ArgAction::Count)]
-    quiet: u8,
-
-    /// Format of lifeguard's own log lines on stderr
-    #[arg(
-        long,
-        env = "LIFEGUARD_LOG_FORMAT",
-        value_name = "FORMAT",
-        value_enum,
-        default_value = "text"
-    )]
-    log_format: logging::Format,
-
-    /// The app to supervise, and its arguments
-    #[arg(value_name = "COMMAND", trailing_var_arg = true, required_unless_present = "probe",
-          value_parser = clap::value_parser!(OsString))]
-    command: Vec<OsString>,
-}
+use compat::log_level;
+use flags::Cli;
 
 /// The endpoint address: `explicit` when the user named it (flag or environment), which
 /// turns a failure to bind into an error instead of a warning (DESIGN §4).
@@ -421,147 +310,6 @@ fn settings(
     })
 }
 
-/// Flags first; then `LIFEGUARD_VERBOSE` (a number, like repeated -v) or
-/// `LIFEGUARD_QUIET`; then `TINI_VERBOSITY` (tini's 0-3 scale); then `DUMB_INIT_DEBUG`.
-fn log_level(
-    verbose: u8,
-    quiet: u8,
-    lookup: &impl Fn(&str) -> Option<String>,
-) -> Result<Level, String> {
-    if verbose > 0 || quiet > 0 {
-        return Ok(Level::from_verbosity(1 + verbose as i64 - quiet as i64));
-    }
-    let number =
-        |name: &str| -> Result<Option<i64>, String> {
-            match lookup(name).filter(|v| !v.is_empty()) {
-                None => Ok(None),
-                Some(v) => v.trim().parse().map(Some).map_err(|_| {
-                    format!("invalid value '{v}' for {name}: expected a whole number")
-                }),
-            }
-        };
-    if let Some(n) = number("LIFEGUARD_VERBOSE")? {
-        return Ok(Level::from_verbosity(1 + n));
-    }
-    if truthy(lookup("LIFEGUARD_QUIET")) {
-        return Ok(Level::Error);
-    }
-    if let Some(n) = number("TINI_VERBOSITY")? {
-        return Ok(Level::from_verbosity(n));
-    }
-    if truthy(lookup("DUMB_INIT_DEBUG")) {
-        return Ok(Level::Debug);
-    }
-    Ok(Level::Warn)
-}
-
-fn truthy(value: Option<String>) -> bool {
-    value.is_some_and(|v| !matches!(v.trim(), "" | "0" | "false" | "no" | "off"))
-}
-
-/// The longest duration accepted anywhere: far beyond any orchestrator's grace period.
-const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
-
-/// `500ms`, `5s`, `2m`, `1h30m`, or a plain number of seconds (`0.5`, `10`), up to a year.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    let trimmed = text.trim();
-    let parsed = match trimmed.parse::<f64>() {
-        Ok(secs) => Duration::try_from_secs_f64(secs).ok(),
-        Err(_) => humantime::parse_duration(trimmed).ok(),
-    };
-    match parsed {
-        Some(d) if d <= MAX_DURATION => Ok(d),
-        Some(_) => Err(format!(
-            "'{text}' is longer than a year: expected {DURATION_FORM}"
-        )),
-        None => Err(format!("'{text}' is not {DURATION_FORM}")),
-    }
-}
-
-fn parse_positive_duration(text: &str) -> Result<Duration, String> {
-    match parse_duration(text)? {
-        d if d.is_zero() => Err(format!(
-            "'{text}' must be above zero: expected {DURATION_FORM}"
-        )),
-        d => Ok(d),
-    }
-}
-
-/// `off`, `HOST:PORT` (IPv4, `[IPv6]`), or `:PORT` for every IPv4 address.
-fn parse_listen(text: &str) -> Result<Listen, String> {
-    let text = text.trim();
-    if text.eq_ignore_ascii_case("off") {
-        return Ok(Listen {
-            addr: None,
-            explicit: true,
-        });
-    }
-    let full = match text.strip_prefix(':') {
-        Some(port) => format!("0.0.0.0:{port}"),
-        None => text.to_string(),
-    };
-    full.parse::<SocketAddr>()
-        .map(|addr| Listen { addr: Some(addr), explicit: true })
-        .map_err(|_| format!("'{text}' is not an address: expected IP:PORT (0.0.0.0:9595, [::]:9595), :PORT or off"))
-}
-
-fn parse_http_url(text: &str) -> Result<hyper::Uri, String> {
-    let accepted = "expected an http:// URL like http://127.0.0.1:8080/health";
-    let uri: hyper::Uri = text
-        .trim()
-        .parse()
-        .map_err(|_| format!("'{text}' is not a URL: {accepted}"))?;
-    match (uri.scheme_str(), uri.host()) {
-        (Some("http"), Some(_)) => Ok(uri),
-        (Some("https"), _) => Err(format!(
-            "'{text}': https is not supported ({accepted}; lifeguard carries no TLS stack: use the plain port)"
-        )),
-        _ => Err(format!("'{text}' is not an http URL: {accepted}")),
-    }
-}
-
-fn parse_host_port(text: &str) -> Result<(String, u16), String> {
-    let accepted = "expected HOST:PORT like 127.0.0.1:8080 or localhost:8080";
-    let (host, port) = text
-        .trim()
-        .rsplit_once(':')
-        .ok_or_else(|| format!("'{text}': {accepted}"))?;
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    match port.parse::<u16>() {
-        Ok(port) if port > 0 && !host.is_empty() => Ok((host.to_string(), port)),
-        _ => Err(format!("'{text}': {accepted}")),
-    }
-}
-
-fn parse_port(text: &str) -> Result<u16, String> {
-    match text.trim().parse::<u32>() {
-        Ok(port @ 1..=65535) => Ok(port as u16),
-        _ => Err(format!(
-            "'{text}' is not a TCP port: expected a whole number from 1 to 65535"
-        )),
-    }
-}
-
-fn parse_probe(text: &str) -> Result<ProbeTarget, String> {
-    match text.trim() {
-        "ready" | "" => Ok(ProbeTarget::Ready),
-        "live" => Ok(ProbeTarget::Live),
-        url => parse_http_url(url)
-            .map(ProbeTarget::Url)
-            .map_err(|e| format!("{e} (or `ready` or `live`)")),
-    }
-}
-
-fn parse_signal(text: &str) -> Result<Signal, String> {
-    Signal::parse(text, false)
-}
-
-fn parse_exit_code(text: &str) -> Result<u8, String> {
-    text.trim()
-        .parse()
-        .map_err(|_| format!("'{text}' is not an exit code: expected a whole number from 0 to 255"))
-}
-
 /// The clap definition, for the man page test.
 #[cfg(test)]
 pub fn command() -> clap::Command {
@@ -570,6 +318,7 @@ pub fn command() -> clap::Command {
 
 #[cfg(test)]
 mod tests {
+    use super::values::parse_duration;
     use super::*;
     use std::collections::HashMap;
 
@@ -879,7 +628,7 @@ mod tests {
     /// The man page must document every flag, its short form and its environment twin.
     #[test]
     fn man_page_documents_every_flag() {
-        let man = include_str!("../man/lifeguard.1");
+        let man = include_str!("../../man/lifeguard.1");
         let cmd = command();
         let mut missing = Vec::new();
         for arg in cmd.get_arguments() {

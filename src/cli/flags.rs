@@ -1,0 +1,130 @@
+//! The flags and their `LIFEGUARD_*` environment twins, as clap reads them (DESIGN §2);
+//! `cli::parse` turns them into `Settings`.
+#![forbid(unsafe_code)]
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{ArgAction, Parser};
+
+use super::values::*;
+use super::{Listen, ProbeTarget};
+use crate::logging;
+use crate::signals::{self, Signal};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "lifeguard",
+    version,
+    about = "PID 1 for containers: reaps zombies, forwards signals, drains before stopping, \
+             and kills what outlives the grace deadline.",
+    override_usage = "lifeguard [OPTIONS] [--] COMMAND [ARG...]\n       lifeguard --probe [ready|live|URL]",
+    after_help = "Every option can also be set as LIFEGUARD_<NAME> (e.g. LIFEGUARD_DRAIN_DELAY=2s); \
+                  the flag wins. See lifeguard(1)."
+)]
+pub(super) struct Cli {
+    /// After SIGTERM: time spent not-ready before the stop signal is relayed
+    #[arg(long, env = "LIFEGUARD_DRAIN_DELAY", value_name = "DUR", default_value = "5s",
+          value_parser = parse_duration, allow_negative_numbers = true)]
+    pub(super) drain_delay: Duration,
+
+    /// With --inflight-port: after the drain delay, hold the stop signal while requests are
+    /// in flight, up to DUR after the SIGTERM. Default: halfway from the drain delay to the
+    /// grace deadline. No effect without --inflight-port
+    #[arg(long, env = "LIFEGUARD_DRAIN_MAX", value_name = "DUR",
+          value_parser = parse_duration, allow_negative_numbers = true)]
+    pub(super) drain_max: Option<Duration>,
+
+    /// Deadline counted from SIGTERM (drain included); then SIGKILL. Must exceed the drain delay
+    #[arg(long, env = "LIFEGUARD_GRACE", value_name = "DUR", default_value = "25s",
+          value_parser = parse_duration, allow_negative_numbers = true)]
+    pub(super) grace: Duration,
+
+    /// Health and metrics endpoint address (HOST:PORT, :PORT), or `off`. Default 0.0.0.0:9595
+    #[arg(long, env = "LIFEGUARD_LISTEN", value_name = "ADDR", value_parser = parse_listen)]
+    pub(super) listen: Option<Listen>,
+
+    /// The app is ready while GET URL answers 2xx (http:// only)
+    #[arg(long, env = "LIFEGUARD_READY_HTTP", value_name = "URL", value_parser = parse_http_url)]
+    pub(super) ready_http: Option<hyper::Uri>,
+
+    /// The app is ready while a TCP connection to HOST:PORT succeeds
+    #[arg(long, env = "LIFEGUARD_READY_TCP", value_name = "HOST:PORT", value_parser = parse_host_port)]
+    pub(super) ready_tcp: Option<(String, u16)>,
+
+    /// How often the app check runs; it also times out after this long
+    #[arg(long, env = "LIFEGUARD_READY_INTERVAL", value_name = "DUR", default_value = "1s",
+          value_parser = parse_positive_duration, allow_negative_numbers = true)]
+    pub(super) ready_interval: Duration,
+
+    /// Count the app's in-flight requests on this TCP port (accept queue plus requests
+    /// outstanding, read from the kernel): /metrics, CloudWatch, the drain
+    #[arg(long, env = "LIFEGUARD_INFLIGHT_PORT", value_name = "PORT", value_parser = parse_port,
+          allow_negative_numbers = true)]
+    pub(super) inflight_port: Option<u16>,
+
+    /// Client mode for HEALTHCHECK: GET lifeguard's own /readyz (ready), /livez (live), or
+    /// URL; exit 0 on 2xx, 1 otherwise
+    #[arg(long, value_name = "ready|live|URL", num_args = 0..=1, default_missing_value = "ready",
+          value_parser = parse_probe)]
+    pub(super) probe: Option<ProbeTarget>,
+
+    /// How long --probe waits for the answer
+    #[arg(long, env = "LIFEGUARD_PROBE_TIMEOUT", value_name = "DUR", default_value = "2s",
+          value_parser = parse_positive_duration, allow_negative_numbers = true)]
+    pub(super) probe_timeout: Duration,
+
+    /// Signal only the direct child, not its process group (dumb-init -c)
+    #[arg(short = 'c', long, env = "LIFEGUARD_SINGLE_CHILD")]
+    pub(super) single_child: bool,
+
+    /// Rewrite a signal before forwarding it (TERM:QUIT, 15:3; TO = 0 or DROP drops it); repeatable
+    #[arg(short = 'r', long, env = "LIFEGUARD_REWRITE", value_name = "FROM:TO",
+          value_delimiter = ',', value_parser = signals::parse_rewrite)]
+    pub(super) rewrite: Vec<(Signal, Signal)>,
+
+    /// Report exit CODE as 0 (tini -e); repeatable
+    #[arg(short = 'e', long, env = "LIFEGUARD_REMAP_EXIT", value_name = "CODE",
+          value_delimiter = ',', value_parser = parse_exit_code, allow_negative_numbers = true)]
+    pub(super) remap_exit: Vec<u8>,
+
+    /// Signal lifeguard gets when its parent dies (tini -p)
+    #[arg(short = 'p', long, env = "LIFEGUARD_PDEATHSIG", value_name = "SIG",
+          value_parser = parse_signal)]
+    pub(super) pdeathsig: Option<Signal>,
+
+    /// Accepted for tini compatibility: lifeguard is a child subreaper whenever it is not PID 1
+    #[arg(short = 's', long, env = "LIFEGUARD_SUBREAPER")]
+    pub(super) subreaper: bool,
+
+    /// Accepted for tini compatibility: signals go to the process group by default
+    #[arg(short = 'g')]
+    pub(super) group: bool,
+
+    /// Log each reaped orphan (tini -w)
+    #[arg(short = 'w', long, env = "LIFEGUARD_WARN_ON_REAP")]
+    pub(super) warn_on_reap: bool,
+
+    /// More log output; repeat for more (-v info, -vv debug)
+    #[arg(short = 'v', long, action = ArgAction::Count)]
+    pub(super) verbose: u8,
+
+    /// Less log output: errors only
+    #[arg(short = 'q', long, action = ArgAction::Count)]
+    pub(super) quiet: u8,
+
+    /// Format of lifeguard's own log lines on stderr
+    #[arg(
+        long,
+        env = "LIFEGUARD_LOG_FORMAT",
+        value_name = "FORMAT",
+        value_enum,
+        default_value = "text"
+    )]
+    pub(super) log_format: logging::Format,
+
+    /// The app to supervise, and its arguments
+    #[arg(value_name = "COMMAND", trailing_var_arg = true, required_unless_present = "probe",
+          value_parser = clap::value_parser!(OsString))]
+    pub(super) command: Vec<OsString>,
+}

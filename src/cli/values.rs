@@ -1,0 +1,114 @@
+//! Value parsers for the flags: each refusal names the accepted form (the flag's name is
+//! added by clap, or the variable's by `cli::parse`).
+#![forbid(unsafe_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use super::{Listen, ProbeTarget};
+use crate::signals::Signal;
+
+pub(super) const DURATION_FORM: &str = "a duration like 500ms, 5s, 2m or a plain number of seconds";
+
+/// The longest duration accepted anywhere: far beyond any orchestrator's grace period.
+const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// `500ms`, `5s`, `2m`, `1h30m`, or a plain number of seconds (`0.5`, `10`), up to a year.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    let trimmed = text.trim();
+    let parsed = match trimmed.parse::<f64>() {
+        Ok(secs) => Duration::try_from_secs_f64(secs).ok(),
+        Err(_) => humantime::parse_duration(trimmed).ok(),
+    };
+    match parsed {
+        Some(d) if d <= MAX_DURATION => Ok(d),
+        Some(_) => Err(format!(
+            "'{text}' is longer than a year: expected {DURATION_FORM}"
+        )),
+        None => Err(format!("'{text}' is not {DURATION_FORM}")),
+    }
+}
+
+pub(super) fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+    match parse_duration(text)? {
+        d if d.is_zero() => Err(format!(
+            "'{text}' must be above zero: expected {DURATION_FORM}"
+        )),
+        d => Ok(d),
+    }
+}
+
+/// `off`, `HOST:PORT` (IPv4, `[IPv6]`), or `:PORT` for every IPv4 address.
+pub(super) fn parse_listen(text: &str) -> Result<Listen, String> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(Listen {
+            addr: None,
+            explicit: true,
+        });
+    }
+    let full = match text.strip_prefix(':') {
+        Some(port) => format!("0.0.0.0:{port}"),
+        None => text.to_string(),
+    };
+    full.parse::<SocketAddr>()
+        .map(|addr| Listen { addr: Some(addr), explicit: true })
+        .map_err(|_| format!("'{text}' is not an address: expected IP:PORT (0.0.0.0:9595, [::]:9595), :PORT or off"))
+}
+
+pub(super) fn parse_http_url(text: &str) -> Result<hyper::Uri, String> {
+    let accepted = "expected an http:// URL like http://127.0.0.1:8080/health";
+    let uri: hyper::Uri = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("'{text}' is not a URL: {accepted}"))?;
+    match (uri.scheme_str(), uri.host()) {
+        (Some("http"), Some(_)) => Ok(uri),
+        (Some("https"), _) => Err(format!(
+            "'{text}': https is not supported ({accepted}; lifeguard carries no TLS stack: use the plain port)"
+        )),
+        _ => Err(format!("'{text}' is not an http URL: {accepted}")),
+    }
+}
+
+pub(super) fn parse_host_port(text: &str) -> Result<(String, u16), String> {
+    let accepted = "expected HOST:PORT like 127.0.0.1:8080 or localhost:8080";
+    let (host, port) = text
+        .trim()
+        .rsplit_once(':')
+        .ok_or_else(|| format!("'{text}': {accepted}"))?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    match port.parse::<u16>() {
+        Ok(port) if port > 0 && !host.is_empty() => Ok((host.to_string(), port)),
+        _ => Err(format!("'{text}': {accepted}")),
+    }
+}
+
+pub(super) fn parse_port(text: &str) -> Result<u16, String> {
+    match text.trim().parse::<u32>() {
+        Ok(port @ 1..=65535) => Ok(port as u16),
+        _ => Err(format!(
+            "'{text}' is not a TCP port: expected a whole number from 1 to 65535"
+        )),
+    }
+}
+
+pub(super) fn parse_probe(text: &str) -> Result<ProbeTarget, String> {
+    match text.trim() {
+        "ready" | "" => Ok(ProbeTarget::Ready),
+        "live" => Ok(ProbeTarget::Live),
+        url => parse_http_url(url)
+            .map(ProbeTarget::Url)
+            .map_err(|e| format!("{e} (or `ready` or `live`)")),
+    }
+}
+
+pub(super) fn parse_signal(text: &str) -> Result<Signal, String> {
+    Signal::parse(text, false)
+}
+
+pub(super) fn parse_exit_code(text: &str) -> Result<u8, String> {
+    text.trim()
+        .parse()
+        .map_err(|_| format!("'{text}' is not an exit code: expected a whole number from 0 to 255"))
+}
