@@ -468,4 +468,72 @@ mod tests {
         assert_eq!(s.memory_oom_kills, None);
         assert!(s.taken.is_some());
     }
+
+    /// The cost of one sample (the cgroup files plus one sock_diag dump) with 100, 1,000
+    /// and 10,000 TCP sockets open on the host, against parsing /proc/net/tcp{,6}: a
+    /// benchmark, not a test (bench/metrics.sh runs it in a release build).
+    #[test]
+    #[ignore]
+    fn bench_one_sample() {
+        use std::net::{TcpListener, TcpStream};
+        let soft_hard = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
+            .expect("getrlimit");
+        let _ = nix::sys::resource::setrlimit(
+            nix::sys::resource::Resource::RLIMIT_NOFILE,
+            soft_hard.1,
+            soft_hard.1,
+        );
+        // The app's port: a listener with a few connections, one with a request.
+        let app = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = app.local_addr().unwrap().port();
+        let mut app_clients: Vec<TcpStream> = (0..4)
+            .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
+            .collect();
+        std::io::Write::write_all(&mut app_clients[0], b"GET / HTTP/1.1\r\n\r\n").unwrap();
+        // Everybody else's sockets: established pairs on another port.
+        let other = TcpListener::bind("127.0.0.1:0").unwrap();
+        let other_addr = other.local_addr().unwrap();
+        let mut held: Vec<TcpStream> = Vec::new();
+        let mut cgroup = cgroup::discover();
+        let mut reader = inflight::InFlightReader::new(port).expect("sock_diag");
+        println!("sockets on the host | sample µs (median of 200) | of which sock_diag | /proc/net/tcp µs");
+        for sockets in [100usize, 1_000, 10_000] {
+            while held.len() < sockets {
+                let client =
+                    TcpStream::connect(other_addr).expect("connect (raise the descriptor limit)");
+                let (server, _) = other.accept().unwrap();
+                held.push(client);
+                held.push(server);
+            }
+            let median = |f: &mut dyn FnMut()| {
+                let mut times: Vec<u128> = (0..200)
+                    .map(|_| {
+                        let t = Instant::now();
+                        f();
+                        t.elapsed().as_nanos()
+                    })
+                    .collect();
+                times.sort();
+                times[times.len() / 2] as f64 / 1000.0
+            };
+            let whole = median(&mut || {
+                std::hint::black_box(cgroup.read());
+                std::hint::black_box(reader.sample().unwrap());
+            });
+            let diag = median(&mut || {
+                std::hint::black_box(reader.sample().unwrap());
+            });
+            let proc_net = median(&mut || {
+                let mut n = 0;
+                for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
+                    let text = std::fs::read_to_string(file).unwrap_or_default();
+                    let needle = format!(":{port:04X} ");
+                    n += text.lines().filter(|l| l.contains(&needle)).count();
+                }
+                std::hint::black_box(n);
+            });
+            println!("{sockets} | {whole:.0} | {diag:.0} | {proc_net:.0}");
+        }
+        assert!(reader.sample().unwrap().requests >= 1);
+    }
 }
