@@ -10,7 +10,7 @@ use tokio::sync::watch;
 
 use crate::board::Board;
 use crate::health::AppCheck;
-use crate::kernel::{self, AppTerminal, Reaped, SignalInbox};
+use crate::kernel::{self, AppTerminal, Descendant, ProcView, Reaped, SignalInbox};
 use crate::lifecycle::{Action, AppStatus, Event, HoldEnd, Lifecycle, Phase};
 use crate::logging;
 use crate::metrics::inflight::InFlightReader;
@@ -289,8 +289,8 @@ impl Supervisor {
             // The app has been reaped, so its pid (and, once its group is empty, its
             // group id) may belong to an unrelated process by now: signal the members
             // of its group still running one by one, or, with -c, nobody.
-            let remaining = if group {
-                self.group_members()
+            let remaining: Vec<i32> = if group {
+                self.group_members().iter().map(|d| d.pid).collect()
             } else {
                 Vec::new()
             };
@@ -351,40 +351,58 @@ impl Supervisor {
         // A member forked while the walk ran is missed by it (kill(-pgid) would not
         // miss it): walk again until a walk finds nobody new, a few times at most.
         for _ in 0..3 {
-            let members = if group {
-                self.group_members()
-            } else {
-                vec![self.app_pid]
-            };
-            let new: Vec<i32> = members.into_iter().filter(|p| !sent.contains(p)).collect();
-            if new.is_empty() {
+            let members: Vec<Descendant> = kernel::descendants()
+                .into_iter()
+                .filter(|d| {
+                    if group {
+                        d.pgid == self.app_pid
+                    } else {
+                        d.pid == self.app_pid
+                    }
+                })
+                .filter(|d| !sent.contains(&d.pid))
+                .collect();
+            if members.is_empty() {
                 break;
             }
-            for pid in new {
-                let deliverable = if kernel::handles(pid, signal) {
+            for member in members {
+                let deliverable = if kernel::handles(&member, signal) {
                     signal
                 } else {
                     signals::STOP
                 };
-                if kernel::send(pid, deliverable).is_ok() {
+                if kernel::send(member.pid, deliverable).is_ok() {
                     result = Ok(());
                 }
-                sent.push(pid);
+                sent.push(member.pid);
             }
         }
         result
     }
 
     /// The live members of the app's process group (all of them are below lifeguard).
-    fn group_members(&self) -> Vec<i32> {
+    fn group_members(&self) -> Vec<Descendant> {
         kernel::descendants()
             .into_iter()
             .filter(|d| d.pgid == self.app_pid)
-            .map(|d| d.pid)
             .collect()
     }
 
     fn signal_remaining(&mut self, signal: Signal, spare_app_group: bool) {
+        if kernel::proc_view() == ProcView::Blind {
+            // No /proc to tell the app's group from the rest: as PID 1 the kernel's view
+            // reaches everyone (unless the group must be spared a second SIGTERM, when
+            // the deadline's SIGKILL is what is left); as a subreaper, nobody (README).
+            if kernel::is_pid1() && !spare_app_group {
+                kernel::signal_everything_in_namespace(signal);
+                kernel::signal_everything_in_namespace(signals::CONT);
+                logging::info(
+                    "signalled everything left in the namespace",
+                    &[("signal", &signal)],
+                );
+            }
+            return;
+        }
         let mut sent = 0;
         for d in kernel::descendants() {
             if spare_app_group && d.pgid == self.app_pid {
@@ -408,7 +426,7 @@ impl Supervisor {
     /// catch processes forked while the previous walk ran.
     fn kill_all(&mut self) {
         if kernel::is_pid1() {
-            kernel::kill_everything_in_namespace();
+            kernel::signal_everything_in_namespace(signals::KILL);
         }
         let mut killed = Vec::new();
         for _ in 0..10 {

@@ -20,6 +20,9 @@ pub enum Mode {
     Pid1,
     /// A child of the test, so a child subreaper.
     Subreaper,
+    /// PID 1 of a new PID namespace that still sees the host's /proc
+    /// (`unshare --pid --fork` without `--mount-proc`, as in some sandboxes).
+    Pid1HostProc,
 }
 
 pub const MODES: [Mode; 2] = [Mode::Pid1, Mode::Subreaper];
@@ -114,6 +117,12 @@ pub fn start_with(mode: Mode, args: &[&str], tweak: impl FnOnce(&mut Command)) -
             c.args(["--pid", "--fork", "--mount-proc", LIFEGUARD]);
             c
         }
+        Mode::Pid1HostProc => {
+            require_root();
+            let mut c = Command::new("unshare");
+            c.args(["--pid", "--fork", LIFEGUARD]);
+            c
+        }
         Mode::Subreaper => Command::new(LIFEGUARD),
     };
     without_inherited_settings(&mut cmd);
@@ -136,7 +145,7 @@ pub fn start_with(mode: Mode, args: &[&str], tweak: impl FnOnce(&mut Command)) -
     };
     let pid = match mode {
         Mode::Subreaper => child.id() as i32,
-        Mode::Pid1 => {
+        Mode::Pid1 | Mode::Pid1HostProc => {
             // Found by polling; a lifeguard that is already done leaves pid 0 (nothing
             // to signal, and `send` refuses it).
             let unshare = child.id() as i32;
@@ -168,13 +177,13 @@ pub fn start_under(mode: Mode, wrapper: &[&str], args: &[&str]) -> Run {
         let original: Vec<std::ffi::OsString> = c.get_args().map(|a| a.to_owned()).collect();
         // As PID 1: unshare's own options, then lifeguard and its arguments.
         let lifeguard_at = original.iter().position(|a| a == LIFEGUARD).unwrap_or(0);
-        let mut wrapped = Command::new(if mode == Mode::Pid1 {
-            program.as_os_str()
-        } else {
+        let mut wrapped = Command::new(if mode == Mode::Subreaper {
             std::ffi::OsStr::new(&wrapper[0])
+        } else {
+            program.as_os_str()
         });
         match mode {
-            Mode::Pid1 => {
+            Mode::Pid1 | Mode::Pid1HostProc => {
                 wrapped
                     .args(&original[..lifeguard_at])
                     .args(&wrapper)
