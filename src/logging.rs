@@ -85,13 +85,29 @@ pub fn start_writer() {
             }
         }
     });
-    if spawned.is_ok() {
-        // Until the thread has re-blocked the C library's reserved signals, one of them
-        // would be delivered to it, with its default action (see main: the runtime).
-        let _ = blocked.recv();
-        let _ = QUEUE.set(tx);
+    match spawned {
+        Ok(_) => {
+            // Until the thread has re-blocked the C library's reserved signals, one of
+            // them would be delivered to it, with its default action (runtime.rs).
+            let _ = blocked.recv();
+            let _ = QUEUE.set(tx);
+        }
+        Err(err) => {
+            // No thread (a pids limit reached, say): writing on the supervision thread
+            // would bring back the stall the writer exists to prevent, so from now on
+            // only warnings and errors are written, and this is said once (issue #9).
+            DIRECT_ONLY_WARNINGS.store(true, Ordering::Relaxed);
+            write_stderr(&text_or_json_line(
+                Level::Warn,
+                &format!("cannot start the log writer thread ({err}): info and debug lines are dropped, so that a stalled stderr cannot delay supervision"),
+                &[],
+            ));
+        }
     }
 }
+
+/// Set when the writer thread could not start: lines below warnings are dropped.
+static DIRECT_ONLY_WARNINGS: AtomicBool = AtomicBool::new(false);
 
 /// Waits (at most `timeout`) until the queued lines are written; before exiting.
 pub fn flush(timeout: Duration) {
@@ -157,14 +173,10 @@ pub fn debug(msg: impl Display, fields: &[Field]) {
 }
 
 pub fn log(level: Level, msg: impl Display, fields: &[Field]) {
-    if !enabled(level) {
+    if !enabled(level) || (level > Level::Warn && DIRECT_ONLY_WARNINGS.load(Ordering::Relaxed)) {
         return;
     }
-    let line = if JSON.load(Ordering::Relaxed) {
-        json_line(level, &msg, fields, SystemTime::now())
-    } else {
-        text_line(level, &msg, fields)
-    };
+    let line = text_or_json_line(level, &msg, fields);
     match QUEUE.get() {
         Some(queue) => {
             if let Err(TrySendError::Full(_)) = queue.try_send(Message::Line(line)) {
@@ -172,6 +184,14 @@ pub fn log(level: Level, msg: impl Display, fields: &[Field]) {
             }
         }
         None => write_stderr(&line),
+    }
+}
+
+fn text_or_json_line(level: Level, msg: &dyn Display, fields: &[Field]) -> String {
+    if JSON.load(Ordering::Relaxed) {
+        json_line(level, msg, fields, SystemTime::now())
+    } else {
+        text_line(level, msg, fields)
     }
 }
 

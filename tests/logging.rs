@@ -94,3 +94,43 @@ fn a_closed_stderr_never_stops_supervision() {
         );
     }
 }
+
+#[test]
+fn without_a_log_writer_thread_lifeguard_says_so_once() {
+    // A pids cgroup that holds lifeguard alone: no thread can start (and then no app
+    // either, which is lifeguard's own failure, 125). The writer exists so that a
+    // stalled stderr never delays supervision; without it lifeguard must say what it
+    // gives up instead of silently writing on the supervision thread.
+    require_root();
+    let mount = std::path::Path::new("/sys/fs/cgroup/pids");
+    if !mount.join("cgroup.procs").exists() {
+        panic!("THIS TEST CANNOT RUN: it needs the cgroup v1 pids hierarchy at {mount:?}");
+    }
+    let dir = mount.join(format!("lifeguard-test-{}-pids", std::process::id()));
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("pids.max"), "1").unwrap();
+    let script = format!("echo $$ > {}/cgroup.procs && exec \"$@\"", dir.display());
+    let out = lifeguard_output_under(&["sh", "-c", &script, "sh"], &["-v", "--", "true"]);
+    let _ = std::fs::remove_dir(&dir);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(125), "{stderr}");
+    let said = stderr
+        .lines()
+        .filter(|l| l.contains("cannot start the log writer thread"))
+        .count();
+    assert_eq!(said, 1, "{stderr}");
+    assert!(stderr.contains("cannot run 'true'"), "{stderr}");
+    // Info lines are dropped from then on.
+    assert!(!stderr.contains("lifeguard exiting"), "{stderr}");
+}
+
+/// Runs lifeguard (a plain child) through `wrapper`, which execs it, to the end.
+fn lifeguard_output_under(wrapper: &[&str], args: &[&str]) -> std::process::Output {
+    let mut cmd = std::process::Command::new(wrapper[0]);
+    cmd.args(&wrapper[1..]).arg(LIFEGUARD).args(args);
+    without_inherited_settings(&mut cmd)
+        .env("LIFEGUARD_LISTEN", "off")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap()
+}
