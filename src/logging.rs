@@ -1,15 +1,21 @@
 //! lifeguard's own log lines on stderr (DESIGN §7): `lifeguard: ...` text or one JSON
-//! object per line. Once supervision starts, lines go through a bounded queue to a
-//! writer thread: a stalled stderr (a blocking log driver) then costs log lines, never
-//! a delayed signal or deadline. A failed write (closed stderr) is dropped silently.
+//! object per line. Once supervision starts, no line waits for stderr: they are written
+//! without blocking (a non-blocking description of stderr's pipe of lifeguard's own, or
+//! MSG_DONTWAIT on a socket), what does not fit waits in a bounded queue, and only
+//! where that cannot be had does a writer thread take them. A stalled stderr (a
+//! blocking log driver) then costs log lines, never a delayed signal or deadline. A
+//! failed write (closed stderr) is dropped silently.
 #![forbid(unsafe_code)]
 
+use std::collections::VecDeque;
 use std::fmt::{self, Display, Write as _};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, SystemTime};
+
+use crate::kernel::QuickStderr;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Level {
@@ -52,11 +58,75 @@ pub enum Format {
 
 static LEVEL: AtomicU8 = AtomicU8::new(Level::Warn as u8);
 static JSON: AtomicBool = AtomicBool::new(false);
-/// Lines waiting for the writer thread, once it runs.
-static QUEUE: OnceLock<SyncSender<Message>> = OnceLock::new();
+/// Where lines go once supervision starts; plain blocking writes before.
+static SINK: OnceLock<Sink> = OnceLock::new();
 /// Lines thrown away because the queue was full.
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 const QUEUE_LINES: usize = 1024;
+
+enum Sink {
+    /// Writes that never wait (kernel::QuickStderr); a line that does not fit waits in
+    /// the queue for the next line, or for the flush at exit.
+    Quick(Mutex<Quick>),
+    /// The writer thread's queue, where stderr cannot be written without waiting.
+    Thread(SyncSender<Message>),
+    /// Neither could be had: warnings and errors are written directly, the rest dropped.
+    WarningsOnly,
+}
+
+struct Quick {
+    out: QuickStderr,
+    /// Lines not written yet; the front one from byte `offset` on.
+    queue: VecDeque<String>,
+    offset: usize,
+}
+
+impl Quick {
+    fn push(&mut self, line: String) {
+        if self.queue.len() >= QUEUE_LINES {
+            DROPPED.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.queue.push_back(line);
+        }
+        self.drain();
+    }
+
+    /// Writes what the reader takes now. Returns whether the queue is empty.
+    fn drain(&mut self) -> bool {
+        loop {
+            let Some(front) = self.queue.front() else {
+                let dropped = DROPPED.swap(0, Ordering::Relaxed);
+                if dropped == 0 {
+                    return true;
+                }
+                self.queue.push_back(dropped_line(dropped));
+                continue;
+            };
+            match self.out.write(&front.as_bytes()[self.offset..]) {
+                Ok(n) if self.offset + n < front.len() => self.offset += n,
+                Ok(_) => {
+                    self.queue.pop_front();
+                    self.offset = 0;
+                }
+                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => return false,
+                Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+                // A closed stderr: the line is lost, silently (module note).
+                Err(_) => {
+                    self.queue.pop_front();
+                    self.offset = 0;
+                }
+            }
+        }
+    }
+}
+
+fn dropped_line(dropped: u64) -> String {
+    text_or_json_line(
+        Level::Warn,
+        &format!("{dropped} log lines dropped: stderr was not keeping up"),
+        &[],
+    )
+}
 
 enum Message {
     Line(String),
@@ -64,58 +134,80 @@ enum Message {
     Flush(mpsc::Sender<()>),
 }
 
-/// Starts the writer thread. Call it after signals are blocked: the thread inherits the
-/// mask and must never take a signal meant for the app.
+/// Sets up writing for supervision: lines must never make it wait for stderr. Call it
+/// after signals are blocked (a writer thread inherits the mask).
 pub fn start_writer() {
+    let sink = match QuickStderr::open() {
+        Some(out) => Sink::Quick(Mutex::new(Quick {
+            out,
+            queue: VecDeque::new(),
+            offset: 0,
+        })),
+        None => writer_thread(),
+    };
+    let _ = SINK.set(sink);
+}
+
+/// The writer thread, for a stderr that cannot be written without waiting.
+fn writer_thread() -> Sink {
     let (tx, rx) = mpsc::sync_channel::<Message>(QUEUE_LINES);
     let (blocked_tx, blocked) = mpsc::channel();
-    let spawned = std::thread::Builder::new().name("log".into()).spawn(move || {
-        crate::kernel::reblock_every_signal();
-        let _ = blocked_tx.send(());
-        for message in rx {
-            match message {
-                Message::Line(line) => write_stderr(&line),
-                Message::Flush(done) => {
-                    let _ = done.send(());
+    let spawned = std::thread::Builder::new()
+        .name("log".into())
+        .spawn(move || {
+            crate::kernel::reblock_every_signal();
+            let _ = blocked_tx.send(());
+            for message in rx {
+                match message {
+                    Message::Line(line) => write_stderr(&line),
+                    Message::Flush(done) => {
+                        let _ = done.send(());
+                    }
+                }
+                let dropped = DROPPED.swap(0, Ordering::Relaxed);
+                if dropped > 0 {
+                    write_stderr(&dropped_line(dropped));
                 }
             }
-            let dropped = DROPPED.swap(0, Ordering::Relaxed);
-            if dropped > 0 {
-                write_stderr(&format!("lifeguard: warning: {dropped} log lines dropped: stderr was not keeping up\n"));
-            }
-        }
-    });
+        });
     match spawned {
         Ok(_) => {
             // Until the thread has re-blocked the C library's reserved signals, one of
             // them would be delivered to it, with its default action (runtime.rs).
             let _ = blocked.recv();
-            let _ = QUEUE.set(tx);
+            Sink::Thread(tx)
         }
         Err(err) => {
-            // No thread (a pids limit reached, say): writing on the supervision thread
-            // would bring back the stall the writer exists to prevent, so from now on
-            // only warnings and errors are written, and this is said once (issue #9).
-            DIRECT_ONLY_WARNINGS.store(true, Ordering::Relaxed);
+            // No thread (a pids limit reached, say): writing everything on the
+            // supervision thread would bring back the stall the writer exists to
+            // prevent, so only warnings and errors are written, and this is said once.
             write_stderr(&text_or_json_line(
                 Level::Warn,
                 &format!("cannot start the log writer thread ({err}): info and debug lines are dropped, so that a stalled stderr cannot delay supervision"),
                 &[],
             ));
+            Sink::WarningsOnly
         }
     }
 }
 
-/// Set when the writer thread could not start: lines below warnings are dropped.
-static DIRECT_ONLY_WARNINGS: AtomicBool = AtomicBool::new(false);
-
 /// Waits (at most `timeout`) until the queued lines are written; before exiting.
 pub fn flush(timeout: Duration) {
-    if let Some(queue) = QUEUE.get() {
-        let (done, wait) = mpsc::channel();
-        if queue.send_timeout_compat(Message::Flush(done), timeout) {
-            let _ = wait.recv_timeout(timeout);
+    let until = std::time::Instant::now() + timeout;
+    match SINK.get() {
+        Some(Sink::Quick(quick)) => {
+            while !quick.lock().expect("log lock").drain() && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(2));
+            }
         }
+        Some(Sink::Thread(queue)) => {
+            let (done, wait) = mpsc::channel();
+            if queue.send_timeout_compat(Message::Flush(done), timeout) {
+                let _ =
+                    wait.recv_timeout(until.saturating_duration_since(std::time::Instant::now()));
+            }
+        }
+        Some(Sink::WarningsOnly) | None => {}
     }
 }
 
@@ -173,17 +265,22 @@ pub fn debug(msg: impl Display, fields: &[Field]) {
 }
 
 pub fn log(level: Level, msg: impl Display, fields: &[Field]) {
-    if !enabled(level) || (level > Level::Warn && DIRECT_ONLY_WARNINGS.load(Ordering::Relaxed)) {
+    if !enabled(level) {
+        return;
+    }
+    let sink = SINK.get();
+    if level > Level::Warn && matches!(sink, Some(Sink::WarningsOnly)) {
         return;
     }
     let line = text_or_json_line(level, &msg, fields);
-    match QUEUE.get() {
-        Some(queue) => {
+    match sink {
+        Some(Sink::Quick(quick)) => quick.lock().expect("log lock").push(line),
+        Some(Sink::Thread(queue)) => {
             if let Err(TrySendError::Full(_)) = queue.try_send(Message::Line(line)) {
                 DROPPED.fetch_add(1, Ordering::Relaxed);
             }
         }
-        None => write_stderr(&line),
+        Some(Sink::WarningsOnly) | None => write_stderr(&line),
     }
 }
 

@@ -83,7 +83,6 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
     let inbox = kernel::SignalInbox::block_all().context("blocking signals")?;
     kernel::hear_children();
     logging::start_writer();
-    kernel::reblock_every_signal();
     if let Some(signal) = settings.pdeathsig {
         kernel::set_parent_death_signal(signal).context("setting the parent-death signal")?;
     }
@@ -107,6 +106,10 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
     if listener.is_some() {
         metrics::start(settings.metrics.clone(), board.clone());
     }
+    // The C library unblocks its reserved signals in the thread that starts the first
+    // thread (musl and glibc, in pthread_create): every thread is started by now, so
+    // block them again here, once (runtime.rs).
+    kernel::reblock_every_signal();
     let terminal = kernel::release_terminal(&inbox);
 
     let program = settings.command[0].to_string_lossy().into_owned();

@@ -389,6 +389,11 @@ impl Supervisor {
     }
 
     fn signal_remaining(&mut self, signal: Signal, spare_app_group: bool) {
+        // The common end: the app left nothing behind, so no walk (issue #9: a cost at
+        // every exit).
+        if !kernel::has_children() {
+            return;
+        }
         if kernel::proc_view() == ProcView::Blind {
             // No /proc to tell the app's group from the rest: as PID 1 the kernel's view
             // reaches everyone (unless the group must be spared a second SIGTERM, when

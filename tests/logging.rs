@@ -97,10 +97,11 @@ fn a_closed_stderr_never_stops_supervision() {
 
 #[test]
 fn without_a_log_writer_thread_lifeguard_says_so_once() {
-    // A pids cgroup that holds lifeguard alone: no thread can start (and then no app
-    // either, which is lifeguard's own failure, 125). The writer exists so that a
-    // stalled stderr never delays supervision; without it lifeguard must say what it
-    // gives up instead of silently writing on the supervision thread.
+    // stderr is a pipe and there is no /proc to open a non-blocking description of it
+    // (a mount namespace without /proc), so only a writer thread could write without
+    // stalling supervision; and a pids cgroup that holds lifeguard alone lets no thread
+    // start (nor the app, which is lifeguard's own failure, 125). lifeguard must say what
+    // it gives up instead of silently writing on the supervision thread.
     require_root();
     let mount = std::path::Path::new("/sys/fs/cgroup/pids");
     if !mount.join("cgroup.procs").exists() {
@@ -109,8 +110,23 @@ fn without_a_log_writer_thread_lifeguard_says_so_once() {
     let dir = mount.join(format!("lifeguard-test-{}-pids", std::process::id()));
     std::fs::create_dir(&dir).unwrap();
     std::fs::write(dir.join("pids.max"), "1").unwrap();
-    let script = format!("echo $$ > {}/cgroup.procs && exec \"$@\"", dir.display());
-    let out = lifeguard_output_under(&["sh", "-c", &script, "sh"], &["-v", "--", "true"]);
+    let script = format!(
+        "umount -l /proc && echo $$ > {}/cgroup.procs && exec \"$@\"",
+        dir.display()
+    );
+    let out = lifeguard_output_under(
+        &[
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            &script,
+            "sh",
+        ],
+        &["-v", "--", "true"],
+    );
     let _ = std::fs::remove_dir(&dir);
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(125), "{stderr}");
