@@ -3,11 +3,12 @@
 //! publisher) take a `Snapshot` of all of it at once (issue #6).
 #![forbid(unsafe_code)]
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use crate::cloudwatch::Outcome;
 use crate::health::{self, AppCheck, Verdict};
 use crate::kernel;
 use crate::lifecycle::Phase;
@@ -27,6 +28,10 @@ pub struct Counters {
     zombies_reaped: AtomicU64,
     /// Task metadata fetches that failed (ECS only: the sampler fell back to the cgroup).
     metadata_failures: AtomicU64,
+    /// PutMetricData calls by outcome (cloudwatch::Outcome::ALL order); None of them
+    /// is shown until publishing is on.
+    cloudwatch: [AtomicU64; 4],
+    cloudwatch_on: AtomicBool,
 }
 
 /// Everything a reader needs, read at one instant.
@@ -41,6 +46,8 @@ pub struct Snapshot {
     pub forwarded: Vec<(Signal, u64)>,
     pub zombies_reaped: u64,
     pub metadata_failures: u64,
+    /// (outcome, calls) for every outcome, when CloudWatch publishing is on.
+    pub cloudwatch: Option<Vec<(Outcome, u64)>>,
     pub sample: Arc<Sample>,
 }
 
@@ -70,6 +77,8 @@ impl Board {
                 forwarded: std::array::from_fn(|_| AtomicU64::new(0)),
                 zombies_reaped: AtomicU64::new(0),
                 metadata_failures: AtomicU64::new(0),
+                cloudwatch: std::array::from_fn(|_| AtomicU64::new(0)),
+                cloudwatch_on: AtomicBool::new(false),
             },
         })
     }
@@ -84,6 +93,7 @@ impl Board {
             forwarded: self.counters.forwarded(),
             zombies_reaped: self.counters.zombies_reaped.load(Ordering::Relaxed),
             metadata_failures: self.counters.metadata_failures.load(Ordering::Relaxed),
+            cloudwatch: self.counters.cloudwatch(),
             sample: self.sample.borrow().clone(),
         }
     }
@@ -114,6 +124,11 @@ impl Board {
     pub fn set_sample(&self, sample: Sample) {
         self.sample.send_replace(Arc::new(sample));
     }
+
+    /// Every new sample, for the CloudWatch publisher.
+    pub fn watch_sample(&self) -> watch::Receiver<Arc<Sample>> {
+        self.sample.subscribe()
+    }
 }
 
 impl Counters {
@@ -129,6 +144,26 @@ impl Counters {
 
     pub fn metadata_failed(&self) {
         self.metadata_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// CloudWatch publishing is on: its counters are shown from now, zeros included.
+    pub fn cloudwatch_on(&self) {
+        self.cloudwatch_on.store(true, Ordering::Relaxed);
+    }
+
+    pub fn cloudwatch_request(&self, outcome: Outcome) {
+        let slot = Outcome::ALL.iter().position(|o| *o == outcome).unwrap_or(0);
+        self.cloudwatch[slot].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn cloudwatch(&self) -> Option<Vec<(Outcome, u64)>> {
+        self.cloudwatch_on.load(Ordering::Relaxed).then(|| {
+            Outcome::ALL
+                .iter()
+                .zip(&self.cloudwatch)
+                .map(|(o, n)| (*o, n.load(Ordering::Relaxed)))
+                .collect()
+        })
     }
 
     fn forwarded(&self) -> Vec<(Signal, u64)> {

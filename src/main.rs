@@ -5,6 +5,7 @@
 mod app_check;
 mod board;
 mod cli;
+mod cloudwatch;
 mod health;
 mod http;
 mod http_client;

@@ -141,6 +141,18 @@ const FAMILIES: &[Family] = &[
         },
     },
     Family {
+        name: "lifeguard_cloudwatch_requests_total",
+        kind: Kind::Counter,
+        help: "PutMetricData calls by result (ok, throttled, timeout, error), once CloudWatch publishing is on.",
+        read: |s| {
+            s.cloudwatch
+                .iter()
+                .flatten()
+                .map(|(outcome, n)| (vec![("result", outcome.label().to_string())], *n as f64))
+                .collect()
+        },
+    },
+    Family {
         name: "lifeguard_build_info",
         kind: Kind::Gauge,
         help: "Always 1; the version of lifeguard as a label.",

@@ -1,0 +1,275 @@
+//! High-resolution CloudWatch metrics for fast ECS scaling (DESIGN §5, issue #7): the
+//! publisher, on the metrics thread, fed by the sampler's 1-second samples.
+//!
+//! - `config`: the `METRICS_*` contract, validated at start
+//! - `plan`: when to publish and what (pure)
+//! - `client`: PutMetricData through the AWS SDK
+//!
+//! It never hurts supervision: it runs on a thread of its own, at most one call is in
+//! flight (a hung endpoint costs late data, never a queue of calls), every call has an
+//! operation timeout shorter than the interval and a bounded retry, failures are
+//! counted and logged without flooding, and the exit flush is bounded to 2 s.
+#![forbid(unsafe_code)]
+
+pub mod client;
+pub mod config;
+pub mod plan;
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::board::Board;
+use crate::logging;
+use crate::metrics::Sample;
+use plan::{Datum, Plan, Reading};
+
+pub use config::Config;
+
+/// How long the exit flush may take.
+pub const FLUSH_LIMIT: Duration = Duration::from_secs(2);
+/// A summary of ongoing failures at most this often.
+const SUMMARY_EVERY: Duration = Duration::from_secs(60);
+
+/// How a call ended, as `lifeguard_cloudwatch_requests_total{result}` counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    Throttled,
+    Timeout,
+    Error,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 4] = [
+        Outcome::Ok,
+        Outcome::Throttled,
+        Outcome::Timeout,
+        Outcome::Error,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Throttled => "throttled",
+            Outcome::Timeout => "timeout",
+            Outcome::Error => "error",
+        }
+    }
+}
+
+/// Sends one batch; the SDK client in production, a recorder in tests.
+pub trait Put: Send + Sync + 'static {
+    fn put(
+        &self,
+        batch: Vec<Datum>,
+    ) -> Pin<Box<dyn Future<Output = Result<(), (Outcome, String)>> + Send>>;
+}
+
+/// Logs failures without flooding: the first one, a summary now and then while they
+/// go on, and the recovery. Pure.
+#[derive(Debug, Default)]
+pub struct FailureLog {
+    failing_since: Option<Instant>,
+    failed: u64,
+    summarized_at: Option<Instant>,
+    since_summary: u64,
+}
+
+impl FailureLog {
+    /// The line to log for this outcome, if any: (is a warning, text).
+    pub fn on(
+        &mut self,
+        result: &Result<(), (Outcome, String)>,
+        now: Instant,
+    ) -> Option<(bool, String)> {
+        match result {
+            Ok(()) => {
+                let since = self.failing_since.take()?;
+                let failed = std::mem::take(&mut self.failed);
+                self.summarized_at = None;
+                self.since_summary = 0;
+                Some((
+                    false,
+                    format!(
+                        "CloudWatch publishing works again, after {failed} failed calls in {}s",
+                        now.saturating_duration_since(since).as_secs()
+                    ),
+                ))
+            }
+            Err((_, reason)) => {
+                self.failed += 1;
+                self.since_summary += 1;
+                match self.failing_since {
+                    None => {
+                        self.failing_since = Some(now);
+                        self.summarized_at = Some(now);
+                        self.since_summary = 0;
+                        Some((true, format!("CloudWatch PutMetricData failed: {reason}")))
+                    }
+                    Some(_)
+                        if self.summarized_at.is_some_and(|at| {
+                            now.saturating_duration_since(at) >= SUMMARY_EVERY
+                        }) =>
+                    {
+                        self.summarized_at = Some(now);
+                        let n = std::mem::take(&mut self.since_summary);
+                        Some((
+                            true,
+                            format!("CloudWatch PutMetricData still failing: {n} more failed calls; the last: {reason}"),
+                        ))
+                    }
+                    Some(_) => None,
+                }
+            }
+        }
+    }
+}
+
+/// What the plan takes from a sample.
+fn reading(sample: &Sample) -> Reading {
+    Reading {
+        in_flight: sample.requests_in_flight,
+        cpu_percent: sample.cpu_utilization_percent,
+        memory_percent: sample.memory_utilization_percent,
+    }
+}
+
+/// Tells the publisher to flush and waits for it, at most `FLUSH_LIMIT`.
+pub struct Handle {
+    stop: Arc<tokio::sync::Notify>,
+    done: std::sync::mpsc::Receiver<()>,
+}
+
+impl Handle {
+    pub fn flush(self) {
+        self.stop.notify_one();
+        let _ = self
+            .done
+            .recv_timeout(FLUSH_LIMIT + Duration::from_millis(200));
+    }
+}
+
+/// Runs the publisher until told to flush. Call on the metrics runtime.
+pub fn spawn(config: Config, board: Arc<Board>, put: Arc<dyn Put>) -> Handle {
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let (done_tx, done) = std::sync::mpsc::channel();
+    let stopped = stop.clone();
+    tokio::spawn(async move {
+        publish(config, board, put, stopped).await;
+        let _ = done_tx.send(());
+    });
+    Handle { stop, done }
+}
+
+async fn publish(
+    config: Config,
+    board: Arc<Board>,
+    put: Arc<dyn Put>,
+    stop: Arc<tokio::sync::Notify>,
+) {
+    logging::info(
+        "CloudWatch publishing",
+        &[
+            ("namespace", &config.namespace),
+            ("interval", &humantime::format_duration(config.interval)),
+        ],
+    );
+    let mut plan = Plan::new(config.interval, config.burst_threshold, Instant::now());
+    let mut samples = board.watch_sample();
+    let mut failures = FailureLog::default();
+    // The call in flight, if any: at most one.
+    let mut call: Option<tokio::task::JoinHandle<Result<(), (Outcome, String)>>> = None;
+    let mut wants_publish = false;
+    loop {
+        let deadline = tokio::time::Instant::from_std(plan.deadline());
+        tokio::select! {
+            changed = samples.changed() => {
+                if changed.is_err() {
+                    return;
+                }
+                let sample = samples.borrow_and_update().clone();
+                let now = Instant::now();
+                if plan.record(reading(&sample), now) {
+                    wants_publish = true;
+                }
+            }
+            _ = tokio::time::sleep_until(deadline), if call.is_none() => {
+                wants_publish = true;
+            }
+            result = async { call.as_mut().expect("guarded").await }, if call.is_some() => {
+                call = None;
+                let result = result.unwrap_or_else(|e| Err((Outcome::Error, format!("the call panicked: {e}"))));
+                settle(&board, &mut failures, &result);
+            }
+            _ = stop.notified() => {
+                if let Some(running) = call.take() {
+                    // Give the running call the flush's time, then publish what is left.
+                    if let Ok(result) = tokio::time::timeout(FLUSH_LIMIT, running).await {
+                        let result = result.unwrap_or_else(|e| Err((Outcome::Error, e.to_string())));
+                        settle(&board, &mut failures, &result);
+                    }
+                }
+                let batch = plan.take(Instant::now());
+                if !batch.is_empty() {
+                    let result = match tokio::time::timeout(FLUSH_LIMIT, put.put(batch)).await {
+                        Ok(result) => result,
+                        Err(_) => Err((Outcome::Timeout, "the exit flush ran out of time".into())),
+                    };
+                    settle(&board, &mut failures, &result);
+                }
+                return;
+            }
+        }
+        if wants_publish && call.is_none() {
+            wants_publish = false;
+            let batch = plan.take(Instant::now());
+            if !batch.is_empty() {
+                let put = put.clone();
+                call = Some(tokio::spawn(async move { put.put(batch).await }));
+            }
+        }
+    }
+}
+
+fn settle(board: &Board, failures: &mut FailureLog, result: &Result<(), (Outcome, String)>) {
+    let outcome = match result {
+        Ok(()) => Outcome::Ok,
+        Err((outcome, _)) => *outcome,
+    };
+    board.counters.cloudwatch_request(outcome);
+    if let Some((warning, line)) = failures.on(result, Instant::now()) {
+        if warning {
+            logging::warn(line, &[]);
+        } else {
+            logging::info(line, &[]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_are_logged_first_then_summarized_then_the_recovery() {
+        let t0 = Instant::now();
+        let mut log = FailureLog::default();
+        let fail = Err((Outcome::Timeout, "no answer within 5s".to_string()));
+        assert_eq!(log.on(&Ok(()), t0), None, "a success is no news");
+        let (warning, first) = log.on(&fail, t0).unwrap();
+        assert!(warning && first.contains("no answer within 5s"), "{first}");
+        for s in 1..60 {
+            assert_eq!(log.on(&fail, t0 + Duration::from_secs(s)), None, "{s}");
+        }
+        let (_, summary) = log.on(&fail, t0 + Duration::from_secs(60)).unwrap();
+        assert!(summary.contains("60 more failed calls"), "{summary}");
+        let (warning, recovered) = log.on(&Ok(()), t0 + Duration::from_secs(61)).unwrap();
+        assert!(
+            !warning && recovered.contains("after 61 failed calls"),
+            "{recovered}"
+        );
+        assert_eq!(log.on(&Ok(()), t0 + Duration::from_secs(62)), None);
+    }
+}
