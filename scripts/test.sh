@@ -33,6 +33,9 @@ if [ ${#missing[@]} -gt 0 ]; then
     (command -v service >/dev/null 2>&1 && service "$service" stop >/dev/null 2>&1) || true
   done
 fi
+# Python packages of the tests (pinned): the examples' parsers and linters, the
+# CloudWatch emulator.
+python3 -m pip install --quiet --disable-pip-version-check -r tests/support/requirements.txt
 command -v cargo >/dev/null 2>&1 || { echo "scripts/test.sh: cargo (rustup) is required" >&2; exit 1; }
 
 # The container tests build lifeguard and the test app as static musl binaries and run

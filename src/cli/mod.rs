@@ -10,6 +10,7 @@ use std::time::Duration;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches};
 
+use crate::cloudwatch;
 use crate::lifecycle;
 use crate::logging::{self, Level};
 use crate::metrics;
@@ -70,6 +71,8 @@ pub struct Settings {
     pub app_check: Option<AppCheckKind>,
     pub check_interval: Duration,
     pub metrics: metrics::Config,
+    /// CloudWatch publishing (`METRICS_NAMESPACE` set).
+    pub cloudwatch: Option<cloudwatch::Config>,
     pub probe: Option<(ProbeTarget, Duration)>,
     pub lifecycle: lifecycle::Config,
     pub pdeathsig: Option<Signal>,
@@ -293,6 +296,12 @@ fn settings(
         }),
         app_check,
         check_interval: cli.ready_interval,
+        // The probe sees the image's environment too, and must not refuse over it.
+        cloudwatch: match cloudwatch::config::from_env(lookup) {
+            Ok(config) => config,
+            Err(_) if probe.is_some() => None,
+            Err(message) => return Err(message),
+        },
         metrics: metrics::Config {
             inflight_port: cli.inflight_port,
             // The ECS agent sets it in every container of a task (task metadata v4).
@@ -396,6 +405,25 @@ mod tests {
                 "{max}: {m}"
             );
         }
+    }
+
+    #[test]
+    fn the_metrics_contract_is_checked_at_start() {
+        let s = ok(&["app"], &[("METRICS_NAMESPACE", "prod/web")]);
+        assert_eq!(s.cloudwatch.unwrap().namespace, "prod/web");
+        let m = usage_error(
+            &["app"],
+            &[
+                ("METRICS_NAMESPACE", "prod/web"),
+                ("METRICS_INTERVAL", "often"),
+            ],
+        );
+        assert!(
+            m.contains("METRICS_INTERVAL") && m.contains("positive number"),
+            "{m}"
+        );
+        // Not the probe's business.
+        ok(&["--probe"], &[("METRICS_NAMESPACE", "AWS/ECS")]);
     }
 
     #[test]
