@@ -150,3 +150,65 @@ fn lifeguard_output_under(wrapper: &[&str], args: &[&str]) -> std::process::Outp
         .output()
         .unwrap()
 }
+
+#[test]
+fn a_stalled_stderr_never_delays_signals_or_the_exit() {
+    // stderr is a pipe nobody reads, shrunk to one page: lifeguard's debug lines fill it
+    // at once. Signals must still be forwarded, and the stop must still end on time
+    // (the unwritten lines wait in lifeguard's queue, and at exit it waits at most 1 s).
+    use std::io::{BufRead, BufReader};
+    use std::os::fd::AsRawFd;
+    let mut child = lifeguard()
+        .args(["-vv", "--listen", "off", "--drain-delay", "0", "--", TESTAPP])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stalled = child.stderr.take().unwrap();
+    // SAFETY: F_SETPIPE_SZ on our own end of the pipe; no memory is passed.
+    unsafe { libc::fcntl(stalled.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) };
+    let (lines, stdout) = std::sync::mpsc::channel();
+    let out = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines().map_while(Result::ok) {
+            let _ = lines.send(line);
+        }
+    });
+    let next = |what: &str| {
+        stdout
+            .recv_timeout(PATIENCE)
+            .unwrap_or_else(|_| panic!("no {what} from the app: supervision stalled"))
+    };
+    assert_eq!(next("ready"), "ready");
+    let pid = child.id() as i32;
+    // Each forwarded signal costs lifeguard a few debug lines: far more than a page.
+    for _ in 0..200 {
+        send(pid, libc::SIGUSR2);
+        assert_eq!(next("forwarded signal"), "signal USR2");
+    }
+    let stop = std::time::Instant::now();
+    send(pid, libc::SIGTERM);
+    let status = wait_with_patience(&mut child);
+    assert_eq!(status, Some(0));
+    assert!(
+        stop.elapsed() < std::time::Duration::from_secs(3),
+        "the exit took {:?} with stderr stalled",
+        stop.elapsed()
+    );
+    drop(stalled);
+}
+
+/// The exit code of `child`, or None (after killing it) if it does not exit in time.
+fn wait_with_patience(child: &mut std::process::Child) -> Option<i32> {
+    let until = std::time::Instant::now() + PATIENCE;
+    while std::time::Instant::now() < until {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code();
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
