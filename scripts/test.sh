@@ -34,8 +34,14 @@ if [ ${#missing[@]} -gt 0 ]; then
   done
 fi
 # Python packages of the tests (pinned): the examples' parsers and linters, the
-# CloudWatch emulator.
-python3 -m pip install --quiet --disable-pip-version-check -r tests/support/requirements.txt
+# CloudWatch emulator. In a virtualenv of their own, first on PATH for the tests, so
+# the machine's own Python packages are neither used nor changed.
+venv=target/test-venv
+if [ ! -x "$venv/bin/python3" ]; then
+  python3 -m venv "$venv"
+fi
+"$venv/bin/python3" -m pip install --quiet --disable-pip-version-check -r tests/support/requirements.txt
+export PATH="$PWD/$venv/bin:$PATH"
 command -v cargo >/dev/null 2>&1 || { echo "scripts/test.sh: cargo (rustup) is required" >&2; exit 1; }
 
 # The container tests build lifeguard and the test app as static musl binaries and run

@@ -196,7 +196,12 @@ pub fn flush(timeout: Duration) {
     let until = std::time::Instant::now() + timeout;
     match SINK.get() {
         Some(Sink::Quick(quick)) => {
-            while !quick.lock().expect("log lock").drain() && std::time::Instant::now() < until {
+            while !quick
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .drain()
+                && std::time::Instant::now() < until
+            {
                 std::thread::sleep(Duration::from_millis(2));
             }
         }
@@ -274,7 +279,10 @@ pub fn log(level: Level, msg: impl Display, fields: &[Field]) {
     }
     let line = text_or_json_line(level, &msg, fields);
     match sink {
-        Some(Sink::Quick(quick)) => quick.lock().expect("log lock").push(line),
+        Some(Sink::Quick(quick)) => quick
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(line),
         Some(Sink::Thread(queue)) => {
             if let Err(TrySendError::Full(_)) = queue.try_send(Message::Line(line)) {
                 DROPPED.fetch_add(1, Ordering::Relaxed);

@@ -103,10 +103,16 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
     // with 125 and nothing is left half-started (DESIGN §4).
     let listener = bind_endpoint(settings.listen)?;
     let board = Board::new();
-    // Samples are taken only for a reader: the endpoint (and, later, CloudWatch).
-    if listener.is_some() {
-        metrics::start(settings.metrics.clone(), board.clone());
-    }
+    // Samples are taken only for a reader: the endpoint, CloudWatch.
+    let publisher = if listener.is_some() || settings.cloudwatch.is_some() {
+        metrics::start(
+            settings.metrics.clone(),
+            settings.cloudwatch.clone(),
+            board.clone(),
+        )
+    } else {
+        None
+    };
     // The C library unblocks its reserved signals in the thread that starts the first
     // thread (musl and glibc, in pthread_create): every thread is started by now, so
     // block them again here, once (runtime.rs).
@@ -161,6 +167,10 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
     });
     // Do not wait for connections or a DNS lookup still under way: the app is gone.
     runtime.shutdown_background();
+    // The exit code is settled; one last publish, bounded to 2 s (DESIGN §5).
+    if let Some(publisher) = publisher {
+        publisher.flush();
+    }
     kernel::restore_terminal(terminal);
     logging::info("lifeguard exiting", &[("code", &code)]);
     Ok(code)

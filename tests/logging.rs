@@ -159,7 +159,15 @@ fn a_stalled_stderr_never_delays_signals_or_the_exit() {
     use std::io::{BufRead, BufReader};
     use std::os::fd::AsRawFd;
     let mut child = lifeguard()
-        .args(["-vv", "--listen", "off", "--drain-delay", "0", "--", TESTAPP])
+        .args([
+            "-vv",
+            "--listen",
+            "off",
+            "--drain-delay",
+            "0",
+            "--",
+            TESTAPP,
+        ])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())

@@ -142,7 +142,29 @@ pub struct Handle {
     done: std::sync::mpsc::Receiver<()>,
 }
 
+/// The publisher's side of the handle.
+pub struct Stopper {
+    stop: Arc<tokio::sync::Notify>,
+    done: std::sync::mpsc::Sender<()>,
+}
+
+pub fn handle() -> (Handle, Stopper) {
+    let stop = Arc::new(tokio::sync::Notify::new());
+    let (done_tx, done) = std::sync::mpsc::channel();
+    (
+        Handle {
+            stop: stop.clone(),
+            done,
+        },
+        Stopper {
+            stop,
+            done: done_tx,
+        },
+    )
+}
+
 impl Handle {
+    /// At exit: one last publish, bounded; returns at once if the publisher is gone.
     pub fn flush(self) {
         self.stop.notify_one();
         let _ = self
@@ -151,16 +173,25 @@ impl Handle {
     }
 }
 
-/// Runs the publisher until told to flush. Call on the metrics runtime.
-pub fn spawn(config: Config, board: Arc<Board>, put: Arc<dyn Put>) -> Handle {
-    let stop = Arc::new(tokio::sync::Notify::new());
-    let (done_tx, done) = std::sync::mpsc::channel();
-    let stopped = stop.clone();
-    tokio::spawn(async move {
-        publish(config, board, put, stopped).await;
-        let _ = done_tx.send(());
+/// Connects and publishes until told to flush. A panic inside the SDK or the publisher
+/// ends publishing, not lifeguard: it unwinds this task only (the release profile
+/// unwinds; README, "Panics"), and supervision goes on.
+pub async fn run(config: Config, board: Arc<Board>, stopper: Stopper) {
+    board.counters.cloudwatch_on();
+    let Stopper { stop, done } = stopper;
+    let task = tokio::spawn(async move {
+        match client::Client::connect(&config).await {
+            Ok(client) => publish(config, board, Arc::new(client), stop).await,
+            Err(reason) => logging::error(format!("CloudWatch publishing off: {reason}"), &[]),
+        }
     });
-    Handle { stop, done }
+    if let Err(err) = task.await {
+        logging::error(
+            format!("CloudWatch publisher failed, publishing stopped: {err}"),
+            &[],
+        );
+    }
+    let _ = done.send(());
 }
 
 async fn publish(
@@ -224,6 +255,11 @@ async fn publish(
         }
         if wants_publish && call.is_none() {
             wants_publish = false;
+            // The test build's fault: proves a panic here ends publishing only.
+            #[cfg(debug_assertions)]
+            if std::env::var_os("LIFEGUARD_TEST_PANIC_IN_PUBLISHER").is_some() {
+                panic!("injected by LIFEGUARD_TEST_PANIC_IN_PUBLISHER");
+            }
             let batch = plan.take(Instant::now());
             if !batch.is_empty() {
                 let put = put.clone();

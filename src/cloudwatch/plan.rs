@@ -102,6 +102,7 @@ impl Plan {
     }
 
     /// Whether the regular publish is due.
+    #[cfg(test)]
     pub fn due(&self, now: Instant) -> bool {
         now >= self.deadline()
     }

@@ -141,21 +141,37 @@ impl Derive {
 /// connections on the port), and the task metadata is fetched by a task of its own with
 /// a timeout, so a hung endpoint costs the task-scope figures and nothing else. If the
 /// thread cannot start, lifeguard runs on without samples.
-pub fn start(config: Config, board: Arc<Board>) {
-    // The agent gives an address (169.254.170.2); a name would need the lookup thread.
-    let name_lookups = config.ecs_metadata.as_deref().is_some_and(|uri| {
-        uri.parse::<hyper::Uri>()
-            .ok()
-            .and_then(|u| {
-                u.host().map(|h| {
-                    h.trim_matches(['[', ']'])
-                        .parse::<std::net::IpAddr>()
-                        .is_err()
+pub fn start(
+    config: Config,
+    cloudwatch: Option<crate::cloudwatch::Config>,
+    board: Arc<Board>,
+) -> Option<crate::cloudwatch::Handle> {
+    // The agent gives an address (169.254.170.2); a name needs the lookup thread, and
+    // so does CloudWatch (its endpoint, the credential providers').
+    let name_lookups = cloudwatch.is_some()
+        || config.ecs_metadata.as_deref().is_some_and(|uri| {
+            uri.parse::<hyper::Uri>()
+                .ok()
+                .and_then(|u| {
+                    u.host().map(|h| {
+                        h.trim_matches(['[', ']'])
+                            .parse::<std::net::IpAddr>()
+                            .is_err()
+                    })
                 })
-            })
-            .unwrap_or(false)
-    });
+                .unwrap_or(false)
+        });
+    let (handle, stopper) = match cloudwatch {
+        Some(cw) => {
+            let (handle, stopper) = crate::cloudwatch::handle();
+            (Some(handle), Some((cw, stopper)))
+        }
+        None => (None, None),
+    };
     let started = crate::runtime::spawn_thread("metrics", name_lookups, move || async move {
+        if let Some((cw, stopper)) = stopper {
+            tokio::spawn(crate::cloudwatch::run(cw, board.clone(), stopper));
+        }
         let task = config.ecs_metadata.as_deref().map(|uri| {
             let shared = Arc::new(Mutex::new(TaskState::default()));
             tokio::spawn(poll_task(
@@ -167,8 +183,12 @@ pub fn start(config: Config, board: Arc<Board>) {
         });
         sample_forever(config, task, board).await
     });
-    if let Err(reason) = started {
-        logging::warn(format!("metrics off: {reason}"), &[]);
+    match started {
+        Ok(()) => handle,
+        Err(reason) => {
+            logging::warn(format!("metrics off: {reason}"), &[]);
+            None
+        }
     }
 }
 
@@ -199,7 +219,9 @@ async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, boa
         }
         let (task_usage, task_limits) = match &task {
             Some(state) => {
-                let state = state.lock().expect("task state lock");
+                let state = state
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
                 let fresh = state
                     .usage
                     .filter(|(t, _)| at.duration_since(*t) < METADATA_STALE);
@@ -289,7 +311,10 @@ async fn poll_task(client: ecs::Client, state: Arc<Mutex<TaskState>>, board: Arc
                             ),
                         ],
                     );
-                    state.lock().expect("task state lock").limits = limits;
+                    state
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .limits = limits;
                     have_limits = true;
                 }
                 Err(reason) => result = Err(reason),
@@ -298,7 +323,10 @@ async fn poll_task(client: ecs::Client, state: Arc<Mutex<TaskState>>, board: Arc
         if result.is_ok() {
             match client.usage().await {
                 Ok(usage) => {
-                    state.lock().expect("task state lock").usage = Some((Instant::now(), usage))
+                    state
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .usage = Some((Instant::now(), usage))
                 }
                 Err(reason) => result = Err(reason),
             }

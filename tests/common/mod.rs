@@ -3,6 +3,8 @@
 //! collects its output line by line, and waits for conditions with a timeout.
 #![allow(dead_code)]
 
+pub mod ecs;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::process::{Child, Command, Stdio};
