@@ -294,9 +294,10 @@ pub const NO_SOCK_DIAG_UNDER_EMULATION: &str = "qemu-user refuses NETLINK_SOCK_D
 pub fn orphans_skipped(mode: Mode) -> bool {
     mode == Mode::Subreaper
         && skipped_under_emulation(
-            "Subreaper mode: qemu-user refuses PR_SET_CHILD_SUBREAPER (EINVAL), so the \
-             daemon orphaned by the app is re-parented past lifeguard (observed: its TERM \
-             never came, and it outlived lifeguard)",
+            "Subreaper mode: qemu-user refuses PR_SET_CHILD_SUBREAPER (EINVAL), so an \
+             orphan below the app is re-parented past lifeguard, which can neither wait for \
+             it nor kill it (observed: a daemon's TERM never came and it outlived lifeguard; \
+             the app behind a shell that died was left running)",
         )
 }
 
