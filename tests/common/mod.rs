@@ -189,7 +189,8 @@ pub fn start_with(mode: Mode, args: &[&str], tweak: impl FnOnce(&mut Command)) -
         Mode::Pid1 => {
             require_root();
             let mut c = Command::new("unshare");
-            c.args(["--pid", "--fork", "--mount-proc"]).args(lifeguard_argv());
+            c.args(["--pid", "--fork", "--mount-proc"])
+                .args(lifeguard_argv());
             c
         }
         Mode::Pid1HostProc => {
@@ -253,7 +254,10 @@ pub fn start_under(mode: Mode, wrapper: &[&str], args: &[&str]) -> Run {
         // As PID 1: unshare's own options, then (the runner and) lifeguard and its
         // arguments.
         let first = &lifeguard_argv()[0];
-        let lifeguard_at = original.iter().position(|a| a == first.as_str()).unwrap_or(0);
+        let lifeguard_at = original
+            .iter()
+            .position(|a| a == first.as_str())
+            .unwrap_or(0);
         let mut wrapped = Command::new(if mode == Mode::Subreaper {
             std::ffi::OsStr::new(&wrapper[0])
         } else {
