@@ -37,7 +37,25 @@ extern "C" fn capture_inherited_signal_state() {
     INHERITED_CAPTURED.store(true, Ordering::Relaxed);
 }
 
-/// The kernel's `struct sigaction` for rt_sigaction on x86_64.
+// The structures below are laid out by hand, as the kernel's uapi headers define them,
+// for the two architectures lifeguard is built and tested for (scripts/build-static.sh;
+// issue #10). Another architecture must be checked against its headers first: some differ
+// (alpha, mips and sparc have their own sigaction; mips has 128 signals).
+#[cfg(not(all(
+    target_os = "linux",
+    any(target_arch = "x86_64", target_arch = "aarch64")
+)))]
+compile_error!(
+    "src/kernel.rs lays out kernel structures for Linux on x86_64 and aarch64 only: check \
+     struct sigaction, the sigset size and rlimit64 in this architecture's asm/signal.h first"
+);
+
+/// The kernel's `struct sigaction` as rt_sigaction takes it: handler, flags, restorer,
+/// mask. x86_64 (arch/x86/include/uapi/asm/signal.h, the !__i386__ branch) and aarch64
+/// (arch/arm64/include/uapi/asm/signal.h defines SA_RESTORER "for AArch32
+/// compatibility", so asm-generic/signal.h keeps `sa_restorer`) lay it out the same:
+/// four 8-byte words, the mask last. libc's `struct sigaction` is the C library's own
+/// (a 128-byte sigset_t, another field order on musl), not this.
 #[repr(C)]
 struct KernelSigaction {
     handler: libc::sighandler_t,
@@ -45,6 +63,15 @@ struct KernelSigaction {
     restorer: usize,
     mask: KernelSigset,
 }
+
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(offset_of!(KernelSigaction, handler) == 0);
+    assert!(offset_of!(KernelSigaction, flags) == 8);
+    assert!(offset_of!(KernelSigaction, restorer) == 16);
+    assert!(offset_of!(KernelSigaction, mask) == 24);
+    assert!(size_of::<KernelSigaction>() == 32);
+};
 
 /// The current disposition of signal `n` (SIG_DFL, SIG_IGN or a handler), asked of the
 /// kernel directly: libc refuses to report the signals it reserves, and glibc installs a
@@ -57,14 +84,14 @@ fn disposition(n: i32) -> Option<libc::sighandler_t> {
         mask: 0,
     };
     // SAFETY: a query only: the new action is null, `old` is a live struct of the
-    // kernel's layout, and 8 is the kernel's sigset size.
+    // kernel's layout, and SIGSET_SIZE is the kernel's sigset size.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_rt_sigaction,
             n,
             std::ptr::null::<KernelSigaction>(),
             &mut old as *mut KernelSigaction,
-            8,
+            SIGSET_SIZE,
         )
     };
     (rc == 0).then_some(old.handler)
@@ -86,7 +113,7 @@ fn set_disposition(n: i32, handler: libc::sighandler_t) {
             n,
             &new as *const KernelSigaction,
             std::ptr::null_mut::<KernelSigaction>(),
-            8,
+            SIGSET_SIZE,
         );
     }
 }
@@ -125,6 +152,12 @@ pub struct Received {
 /// set*id across threads, SIGEV_THREAD timers), so it blocks and forwards them too.
 pub type KernelSigset = u64;
 
+/// The `sigsetsize` argument of the rt_* calls and signalfd4: the kernel's `sigset_t` is
+/// `_NSIG / 8` = 64 / 8 bytes on x86_64 and aarch64 alike, and it refuses any other size
+/// with EINVAL.
+const SIGSET_SIZE: usize = std::mem::size_of::<KernelSigset>();
+const _: () = assert!(SIGSET_SIZE == 8 && signals::MAX == 64);
+
 pub const fn bit(signal: i32) -> KernelSigset {
     1 << (signal - 1)
 }
@@ -137,15 +170,15 @@ const EVERY_SIGNAL: KernelSigset = !(bit(libc::SIGKILL) | bit(libc::SIGSTOP));
 /// between fork and exec, and it must not filter the reserved signals as libc does.
 fn kernel_mask(how: libc::c_int, set: KernelSigset) -> io::Result<KernelSigset> {
     let mut old: KernelSigset = 0;
-    // SAFETY: both pointers are to live u64s, and the size passed is 8, the kernel's
-    // sigset size on Linux.
+    // SAFETY: both pointers are to live u64s, and the size passed is SIGSET_SIZE, the
+    // kernel's sigset size.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_rt_sigprocmask,
             how,
             &set as *const KernelSigset,
             &mut old as *mut KernelSigset,
-            8,
+            SIGSET_SIZE,
         )
     };
     if rc == 0 {
@@ -154,6 +187,13 @@ fn kernel_mask(how: libc::c_int, set: KernelSigset) -> io::Result<KernelSigset> 
         Err(io::Error::last_os_error())
     }
 }
+
+// The records read from the signalfd: libc's `signalfd_siginfo` (its layout is the same
+// on every Linux architecture, 128 bytes, linux/signalfd.h), checked against the kernel's
+// size so a libc that got it wrong fails to build rather than splitting records.
+const _: () = assert!(std::mem::size_of::<libc::signalfd_siginfo>() == 128);
+// rt_sigtimedwait takes the kernel's `struct __kernel_timespec`: two 64-bit words.
+const _: () = assert!(std::mem::size_of::<libc::timespec>() == 16);
 
 /// Every signal is blocked and read from a signalfd instead of running a handler: blocked
 /// signals are queued even for PID 1 (which the kernel otherwise spares signals it has
@@ -176,7 +216,7 @@ impl SignalInbox {
                 libc::SYS_signalfd4,
                 -1,
                 &set as *const KernelSigset,
-                8,
+                SIGSET_SIZE,
                 libc::SFD_NONBLOCK | libc::SFD_CLOEXEC,
             )
         };
@@ -239,7 +279,7 @@ impl SignalInbox {
                 &set as *const KernelSigset,
                 std::ptr::null_mut::<libc::siginfo_t>(),
                 &zero as *const libc::timespec,
-                8,
+                SIGSET_SIZE,
             )
         } > 0
         {}
@@ -290,7 +330,7 @@ pub fn signal_pending(signal: Signal) -> bool {
         libc::syscall(
             libc::SYS_rt_sigpending,
             &mut pending as *mut KernelSigset,
-            8,
+            SIGSET_SIZE,
         )
     };
     rc == 0 && pending & bit(signal.0) != 0
@@ -301,6 +341,14 @@ pub fn signal_pending(signal: Signal) -> bool {
 
 /// The descriptor limit lifeguard was started with, when it raised its own.
 static INHERITED_NOFILE: std::sync::OnceLock<libc::rlimit> = std::sync::OnceLock::new();
+
+// prlimit64 takes the kernel's `struct rlimit64`, two __u64 (linux/resource.h); libc's
+// `rlimit` is that on 64-bit Linux (rlim_t is 64 bits on x86_64 and aarch64).
+const _: () = {
+    use std::mem::{offset_of, size_of};
+    assert!(size_of::<libc::rlimit>() == 16);
+    assert!(offset_of!(libc::rlimit, rlim_cur) == 0 && offset_of!(libc::rlimit, rlim_max) == 8);
+};
 
 /// prlimit64 on lifeguard itself (pid 0): sets `new` if given, returns the old limit.
 /// The raw system call, because it is also made between fork and exec, where only

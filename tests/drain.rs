@@ -50,6 +50,9 @@ fn answer(mut stream: TcpStream) -> String {
 
 #[test]
 fn a_request_in_flight_at_the_stop_completes_and_the_exit_follows_it() {
+    if skipped_under_emulation(NO_SOCK_DIAG_UNDER_EMULATION) {
+        return;
+    }
     let (mut run, app_port) = start_server(&[], false);
     let stream = request_in_flight(&run, app_port, "/slow/3000");
     let term_at = Instant::now();
@@ -107,6 +110,9 @@ fn an_idle_app_stops_at_the_drain_delay_even_with_a_keep_alive_connection_open()
 
 #[test]
 fn a_request_longer_than_drain_max_is_cut_there() {
+    if skipped_under_emulation(NO_SOCK_DIAG_UNDER_EMULATION) {
+        return;
+    }
     let (mut run, app_port) = start_server(&["--drain-max", "2s", "--grace", "10s"], false);
     let stream = request_in_flight(&run, app_port, "/slow/8000");
     let term_at = Instant::now();
@@ -126,6 +132,9 @@ fn a_request_longer_than_drain_max_is_cut_there() {
 
 #[test]
 fn a_second_sigterm_during_the_hold_relays_at_once() {
+    if skipped_under_emulation(NO_SOCK_DIAG_UNDER_EMULATION) {
+        return;
+    }
     let (mut run, app_port) = start_server(&[], false);
     let _stream = request_in_flight(&run, app_port, "/slow/8000");
     run.signal(libc::SIGTERM);

@@ -165,7 +165,7 @@ fn on_a_terminal(shell_command: &str) -> String {
 
 #[test]
 fn with_a_terminal_on_stdin_the_app_is_the_foreground_group() {
-    let app = format!("{LIFEGUARD} -- {TESTAPP} --report --exit 0");
+    let app = format!("{} -- {TESTAPP} --report --exit 0", lifeguard_shell());
     // (how the shell starts lifeguard, who lifeguard is, which id the app's pgid equals)
     let cases = [
         // lifeguard leads the terminal's session (as PID 1 of `docker run -t`): it lets
@@ -202,9 +202,10 @@ fn a_lifeguard_started_in_the_background_leaves_the_terminal_to_the_shell() {
     // A job-control shell (`set -m`) runs lifeguard as a background job, as `lifeguard
     // -- app &` at a prompt. While the app runs, the terminal must stay the shell's:
     // a shell that loses it gets EIO at its next read.
+    let lifeguard = lifeguard_shell();
     let text = on_a_terminal(&format!(
         "set -m; f=$(mktemp -u); mkfifo \"$f\"; \
-         {LIFEGUARD} -- {TESTAPP} > \"$f\" & read -r line < \"$f\"; echo \"app says $line\"; \
+         {lifeguard} -- {TESTAPP} > \"$f\" & read -r line < \"$f\"; echo \"app says $line\"; \
          {SHELL_HAS_TERMINAL}; kill -INT $!; wait; rm -f \"$f\""
     ));
     assert!(text.contains("app says ready"), "{text}");
@@ -219,7 +220,8 @@ fn ctrl_z_at_the_terminal_stops_the_job_and_fg_resumes_it() {
     use std::io::{Read, Write};
     use std::sync::{Arc, Mutex};
     let command = format!(
-        "set -m; {LIFEGUARD} -v -- {TESTAPP}; echo stopped-status=$?; fg; echo done-status=$?"
+        "set -m; {} -v -- {TESTAPP}; echo stopped-status=$?; fg; echo done-status=$?",
+        lifeguard_shell()
     );
     let mut script = without_inherited_settings(&mut std::process::Command::new("timeout"))
         .args(["30", "script", "-qec", &command, "/dev/null"])

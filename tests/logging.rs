@@ -143,7 +143,7 @@ fn without_a_log_writer_thread_lifeguard_says_so_once() {
 /// Runs lifeguard (a plain child) through `wrapper`, which execs it, to the end.
 fn lifeguard_output_under(wrapper: &[&str], args: &[&str]) -> std::process::Output {
     let mut cmd = std::process::Command::new(wrapper[0]);
-    cmd.args(&wrapper[1..]).arg(LIFEGUARD).args(args);
+    cmd.args(&wrapper[1..]).args(lifeguard_argv()).args(args);
     without_inherited_settings(&mut cmd)
         .env("LIFEGUARD_LISTEN", "off")
         .stdin(std::process::Stdio::null())

@@ -262,6 +262,9 @@ fn in_flight(m: &HashMap<String, f64>) -> Option<f64> {
 
 #[test]
 fn slow_requests_are_in_flight_and_an_idle_keep_alive_connection_is_not() {
+    if skipped_under_emulation(NO_SOCK_DIAG_UNDER_EMULATION) {
+        return;
+    }
     let app_port = free_port();
     let app_port_text = app_port.to_string();
     let (run, port) = start_sampling(
@@ -299,6 +302,9 @@ fn slow_requests_are_in_flight_and_an_idle_keep_alive_connection_is_not() {
 
 #[test]
 fn a_full_accept_queue_is_in_flight_for_v4_and_v6() {
+    if skipped_under_emulation(NO_SOCK_DIAG_UNDER_EMULATION) {
+        return;
+    }
     // A listener that never accepts (an app stuck, or saturated): every connection waits
     // in the kernel's queue, and each one is load. `[::]` takes IPv4 too.
     for bind in ["127.0.0.1:0", "[::]:0"] {
@@ -327,6 +333,9 @@ fn a_full_accept_queue_is_in_flight_for_v4_and_v6() {
 
 #[test]
 fn before_the_app_listens_nothing_is_in_flight_and_the_queue_is_absent() {
+    if skipped_under_emulation(NO_SOCK_DIAG_UNDER_EMULATION) {
+        return;
+    }
     let app_port = free_port().to_string();
     let (run, port) = start_sampling(&["--inflight-port", &app_port], &[]);
     let m = scrape_until(port, "a first sample", |m| in_flight(m).is_some());

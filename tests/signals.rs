@@ -182,6 +182,13 @@ fn signals_the_c_library_reserves_are_forwarded_not_fatal_to_lifeguard() {
     // Signal 32 is kept by both glibc and musl for themselves; left unblocked it would
     // kill lifeguard (its default action) and orphan the app. lifeguard forwards it; the
     // testapp neither blocks nor ignores it, so it dies of it.
+    if skipped_under_emulation(
+        "qemu-user (a glibc program) keeps host signals 32 and 33 for itself and maps host \
+         34-64 to the guest's 32-62: a host signal 32 never reaches the emulated lifeguard, \
+         which never exits (observed with qemu 7.2: lifeguard did not exit)",
+    ) {
+        return;
+    }
     for mode in MODES {
         let mut run = start(mode, &app(&["--default-signal", "32"]));
         run.ready();
@@ -228,6 +235,10 @@ fn signals_reach_the_whole_group_behind_a_shell() {
     // single_child_mode_signals_only_the_direct_child.
     let script = format!("{TESTAPP}; true");
     for mode in MODES {
+        // The shell dies, so the app it leaves must be lifeguard's to wait for.
+        if orphans_skipped(mode) {
+            continue;
+        }
         let mut run = start(mode, &["--", "sh", "-c", &script]);
         run.ready();
         run.signal(libc::SIGUSR1);

@@ -119,6 +119,14 @@ enum Progress {
 
 /// Byte offsets in `struct tcp_info` (linux/tcp.h; the layout only ever grows at the end,
 /// so a shorter reply from an older kernel is a prefix of it).
+///
+/// Architecture-neutral (issue #10): netlink and its payloads are in host byte order, so
+/// every multi-byte field here is read and written with `from_ne_bytes`/`to_ne_bytes`
+/// (the ports of `inet_diag_sockid` are network order, decoded by the crate); and every
+/// fixed part read by offset (`nlmsghdr`, `inet_diag_msg`, `inet_diag_req`, `tcp_info`)
+/// is made of __u8/__u16/__u32/__u64 at naturally aligned offsets, so it has no padding
+/// that differs between x86_64 and aarch64. The recorded fixtures of the tests were taken
+/// on a little-endian x86_64 host; aarch64 Linux is little-endian too (checked there).
 mod tcp_info {
     pub const LAST_DATA_SENT: usize = 44;
     pub const LAST_DATA_RECV: usize = 52;
@@ -1382,6 +1390,9 @@ mod tests {
         }
     }
 
+    // The fixtures are little-endian host-order bytes (recorded on x86_64); aarch64 Linux
+    // is little-endian as well, and a big-endian target would have to record its own.
+    const _: () = assert!(cfg!(target_endian = "little"));
     const V4: &[u8] = include_bytes!("../../tests/fixtures/sock_diag/v4_queue_and_requests.bin");
     const V6: &[u8] = include_bytes!("../../tests/fixtures/sock_diag/v6_dual_stack.bin");
     const EINVAL: &[u8] = include_bytes!("../../tests/fixtures/sock_diag/bad_filter_einval.bin");

@@ -92,8 +92,10 @@ fn main() {
         report_inherited();
     }
     for n in defaulted {
-        // The kernel's struct sigaction on x86_64: handler, flags, restorer, mask.
-        let action: [u64; 4] = [libc::SIG_DFL as u64, 0, 0, 0];
+        // The kernel's struct sigaction: handler, flags, restorer, mask, four 8-byte
+        // words on x86_64 and aarch64 alike (src/kernel.rs, KernelSigaction, checks the
+        // layout; KERNEL_SIGACTION_WORDS below guards the architecture).
+        let action: [u64; KERNEL_SIGACTION_WORDS] = [libc::SIG_DFL as u64, 0, 0, 0];
         // SAFETY: a live struct of the kernel's layout; no old action asked for.
         unsafe {
             libc::syscall(
@@ -182,6 +184,12 @@ fn main() {
         }
     }
 }
+
+/// The kernel's `struct sigaction` in 8-byte words: the same generic layout on x86_64
+/// and aarch64 (asm-generic/signal.h with SA_RESTORER); other architectures differ.
+#[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+const KERNEL_SIGACTION_WORDS: usize = 4;
+const _: () = assert!(std::mem::size_of::<libc::sighandler_t>() == 8);
 
 /// N MiB, every page written so it is resident (anonymous memory, not cache).
 fn hold(mb: usize) -> Vec<u8> {
