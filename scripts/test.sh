@@ -19,14 +19,14 @@ need_root
 # (package prometheus); the drain tests put HAProxy in front of the app (package haproxy)
 # and compare with tini (package tini).
 missing=()
-for tool in unshare script setpriv prlimit timeout env sh grep cc prometheus promtool haproxy tini; do
+for tool in unshare script setpriv prlimit timeout env sh grep cc prometheus promtool haproxy tini busybox; do
   command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || missing+=("$tool")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   echo "scripts/test.sh: installing packages for: ${missing[*]}"
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    util-linux bsdutils coreutils dash grep gcc prometheus haproxy tini >/dev/null
+    util-linux bsdutils coreutils dash grep gcc prometheus haproxy tini busybox-static >/dev/null
   # Debian's packages start their services where an init system runs; the tests start
   # their own, on ports of their own.
   for service in prometheus haproxy; do

@@ -269,6 +269,22 @@ pub fn debug(msg: impl Display, fields: &[Field]) {
     log(Level::Debug, msg, fields)
 }
 
+/// An error from the panic hook: never waits for a lock (the panicking thread may hold
+/// the queue's), so a line that cannot be queued now is written directly.
+pub fn error_now(msg: impl Display) {
+    let line = text_or_json_line(Level::Error, &msg, &[]);
+    match SINK.get() {
+        Some(Sink::Quick(quick)) => match quick.try_lock() {
+            Ok(mut quick) => quick.push(line),
+            Err(_) => write_stderr(&line),
+        },
+        Some(Sink::Thread(queue)) => {
+            let _ = queue.try_send(Message::Line(line));
+        }
+        Some(Sink::WarningsOnly) | None => write_stderr(&line),
+    }
+}
+
 pub fn log(level: Level, msg: impl Display, fields: &[Field]) {
     if !enabled(level) {
         return;

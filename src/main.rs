@@ -39,6 +39,7 @@ const MAX_DESCRIPTORS: u64 = 2048;
 const RESERVED_DESCRIPTORS: u64 = 64;
 
 fn main() -> ExitCode {
+    stop_only_the_panicking_thread();
     let code = match run() {
         Ok(code) => code,
         Err(err) => {
@@ -49,6 +50,30 @@ fn main() -> ExitCode {
     // Bounded: a stalled stderr must not hold the exit back.
     logging::flush(Duration::from_secs(1));
     code
+}
+
+/// A panic in a thread of its own (metrics, CloudWatch: an SDK bug, say) must not take
+/// PID 1 down, and with the release profile's `panic = "abort"` it would, killing the
+/// app with its requests (issue #7). The hook runs before the abort (or the unwind),
+/// on the panicking thread: it says what happened once and parks that thread for good,
+/// so the abort never comes; its work stops and supervision goes on. A panic on the
+/// supervision thread itself ends lifeguard as before: nothing could supervise after
+/// it. No size cost, unlike unwinding (README, "Panics").
+fn stop_only_the_panicking_thread() {
+    std::panic::set_hook(Box::new(|info| {
+        let thread = std::thread::current();
+        let name = thread.name().unwrap_or("unnamed");
+        if name == "main" {
+            logging::error_now(format!("panic: {info}"));
+            return;
+        }
+        logging::error_now(format!(
+            "panic in the {name} thread: {info}; that thread is stopped, supervision goes on"
+        ));
+        loop {
+            std::thread::park();
+        }
+    }));
 }
 
 fn run() -> anyhow::Result<ExitCode> {
@@ -104,15 +129,13 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
     let listener = bind_endpoint(settings.listen)?;
     let board = Board::new();
     // Samples are taken only for a reader: the endpoint, CloudWatch.
-    let publisher = if listener.is_some() || settings.cloudwatch.is_some() {
-        metrics::start(
-            settings.metrics.clone(),
-            settings.cloudwatch.clone(),
-            board.clone(),
-        )
-    } else {
-        None
-    };
+    if listener.is_some() || settings.cloudwatch.is_some() {
+        metrics::start(settings.metrics.clone(), board.clone());
+    }
+    let publisher = settings
+        .cloudwatch
+        .clone()
+        .and_then(|config| cloudwatch::start(config, board.clone()));
     // The C library unblocks its reserved signals in the thread that starts the first
     // thread (musl and glibc, in pthread_create): every thread is started by now, so
     // block them again here, once (runtime.rs).

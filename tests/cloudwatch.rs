@@ -6,105 +6,11 @@
 //! the outages, each with a signal still forwarded at once and the exit on time.
 mod common;
 
-use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
+use common::cloudwatch::*;
 use common::*;
-
-/// The emulator: moto and the front, killed on drop.
-struct Emulator {
-    child: Child,
-    port: u16,
-}
-
-impl Emulator {
-    fn start() -> Emulator {
-        let script =
-            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/cloudwatch_front.py");
-        let mut child = Command::new("python3")
-            .arg(script)
-            .args(["--port", "0", "--moto-port", "0"])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("THIS TEST CANNOT RUN: no python3");
-        let stdout = child.stdout.take().unwrap();
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let port = loop {
-            let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|_| {
-                panic!("THIS TEST CANNOT RUN: the CloudWatch emulator did not start (pip install -r tests/support/requirements.txt)")
-            });
-            if let Some(port) = line.strip_prefix("ready ") {
-                break port.trim().parse().unwrap();
-            }
-        };
-        Emulator { child, port }
-    }
-
-    fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
-    }
-
-    fn fault(&self, fault: &str) {
-        let raw = format!(
-            "POST /_fault HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{fault}",
-            fault.len()
-        );
-        let answer = exchange(self.port, &raw).unwrap();
-        assert!(
-            answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200"),
-            "{answer}"
-        );
-    }
-
-    /// Every PutMetricData moto accepted for `namespace`, each with its data as sent
-    /// (the front records datums; those of one call share its arrival time).
-    fn calls(&self, namespace: &str) -> Vec<Call> {
-        let (status, body) = get(self.port, &format!("/_data?namespace={namespace}"));
-        assert_eq!(status, 200, "{body}");
-        let doc: Value = serde_json::from_str(&body).unwrap();
-        let mut calls: Vec<Call> = Vec::new();
-        for datum in doc["data"].as_array().cloned().unwrap_or_default() {
-            let at = datum["received_at"].as_f64().unwrap();
-            match calls.last_mut() {
-                Some(call) if call.at == at => call.data.push(datum),
-                _ => calls.push(Call {
-                    at,
-                    data: vec![datum],
-                }),
-            }
-        }
-        calls
-    }
-
-    /// Every API request received, failed ones included.
-    fn log(&self) -> Vec<Value> {
-        let (_, body) = get(self.port, "/_log");
-        serde_json::from_str::<Value>(&body)
-            .unwrap()
-            .as_array()
-            .cloned()
-            .unwrap_or_default()
-    }
-}
-
-impl Drop for Emulator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// A namespace of this test's own.
 fn namespace(test: &str) -> String {
@@ -145,39 +51,6 @@ fn start_publishing(emulator: &Emulator, flags: &[&str], env: &[(&str, &str)]) -
     });
     run.ready();
     (run, port)
-}
-
-/// One PutMetricData as it arrived.
-#[derive(Clone, Debug)]
-struct Call {
-    at: f64,
-    data: Vec<Value>,
-}
-
-impl Call {
-    fn metric(&self, name: &str) -> Option<&Value> {
-        self.data.iter().find(|d| d["name"] == name)
-    }
-}
-
-/// Waits until `ok` holds for the calls recorded for `ns`; returns them.
-fn calls_until(
-    emulator: &Emulator,
-    ns: &str,
-    what: &str,
-    ok: impl Fn(&[Call]) -> bool,
-) -> Vec<Call> {
-    let until = Instant::now() + Duration::from_secs(40);
-    loop {
-        let calls = emulator.calls(ns);
-        if ok(&calls) {
-            return calls;
-        }
-        if Instant::now() > until {
-            panic!("timed out waiting for {what}; calls: {calls:#?}");
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 /// A listener the test holds without accepting, with `n` connections queued: the
@@ -492,7 +365,8 @@ fn ecs_task_credentials_sign_the_calls() {
 #[test]
 fn a_panic_in_the_publisher_leaves_supervision_running() {
     // The test build (debug assertions) panics in the publisher on request: publishing
-    // stops, lifeguard says so, and the app is supervised as ever.
+    // stops (the panic hook parks its thread before the abort or unwind could end
+    // lifeguard), lifeguard says so, and the app is supervised as ever.
     let emulator = Emulator::start();
     let ns = namespace("panic");
     let (mut run, _) = start_publishing(
@@ -504,7 +378,8 @@ fn a_panic_in_the_publisher_leaves_supervision_running() {
             ("LIFEGUARD_TEST_PANIC_IN_PUBLISHER", "1"),
         ],
     );
-    run.expect_log("CloudWatch publisher failed, publishing stopped");
+    let said = run.expect_log("panic in the cloudwatch thread");
+    assert!(said.contains("supervision goes on"), "{said}");
     run.signal(libc::SIGUSR2);
     run.expect_line("signal USR2");
     run.signal(libc::SIGTERM);

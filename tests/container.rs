@@ -59,6 +59,16 @@ fn static_binaries() -> PathBuf {
 /// A scratch image with lifeguard as ENTRYPOINT running the testapp with `app_args`.
 struct Image(String);
 
+/// What goes into a test image besides lifeguard and the testapp.
+#[derive(Default)]
+struct Recipe<'a> {
+    env: &'a [(&'a str, &'a str)],
+    /// A static busybox as /bin/sh, for shell-form entrypoints.
+    shell: bool,
+    /// The ENTRYPOINT as given, instead of lifeguard's (for `docker run --init`).
+    entrypoint: Option<Vec<String>>,
+}
+
 impl Image {
     fn build(name: &str, lifeguard_flags: &[&str], app_args: &[&str]) -> Image {
         Image::build_with_env(name, &[], lifeguard_flags, app_args)
@@ -72,6 +82,22 @@ impl Image {
         lifeguard_flags: &[&str],
         app_args: &[&str],
     ) -> Image {
+        let mut entry = vec!["/lifeguard"];
+        entry.extend_from_slice(lifeguard_flags);
+        entry.push("--");
+        entry.push("/testapp");
+        entry.extend_from_slice(app_args);
+        Image::build_from(
+            name,
+            Recipe {
+                env,
+                entrypoint: Some(entry.iter().map(|s| s.to_string()).collect()),
+                ..Default::default()
+            },
+        )
+    }
+
+    fn build_from(name: &str, recipe: Recipe) -> Image {
         let info = docker(&["info", "--format", "{{.ServerVersion}}"]);
         assert!(
             info.status.success(),
@@ -84,20 +110,30 @@ impl Image {
         std::fs::create_dir_all(&dir).unwrap();
         std::fs::copy(bins.join("lifeguard"), dir.join("lifeguard")).unwrap();
         std::fs::copy(bins.join("lifeguard-testapp"), dir.join("testapp")).unwrap();
-        let mut entry = vec!["/lifeguard"];
-        entry.extend_from_slice(lifeguard_flags);
-        entry.push("--");
-        entry.push("/testapp");
-        entry.extend_from_slice(app_args);
-        let quoted: Vec<String> = entry.iter().map(|a| format!("\"{a}\"")).collect();
-        let env: String = env
+        let mut copies = String::from("COPY lifeguard /lifeguard\nCOPY testapp /testapp\n");
+        if recipe.shell {
+            let busybox = ["/bin/busybox", "/usr/bin/busybox"]
+                .into_iter()
+                .find(|p| Path::new(p).exists())
+                .expect("THIS TEST CANNOT RUN: no static busybox (apt-get install busybox-static; scripts/test.sh does)");
+            std::fs::copy(busybox, dir.join("sh")).unwrap();
+            copies.push_str("COPY sh /bin/sh\n");
+        }
+        let quoted: Vec<String> = recipe
+            .entrypoint
+            .unwrap_or_default()
+            .iter()
+            .map(|a| format!("\"{a}\""))
+            .collect();
+        let env: String = recipe
+            .env
             .iter()
             .map(|(name, value)| format!("ENV {name}=\"{value}\"\n"))
             .collect();
         std::fs::write(
             dir.join("Dockerfile"),
             format!(
-                "FROM scratch\nCOPY lifeguard /lifeguard\nCOPY testapp /testapp\n{env}\
+                "FROM scratch\n{copies}{env}\
                  HEALTHCHECK --interval=1s --timeout=2s --retries=1 CMD [\"/lifeguard\", \"--probe\"]\n\
                  ENTRYPOINT [{}]\n",
                 quoted.join(", ")
@@ -126,9 +162,19 @@ impl Container {
 
     /// With more `docker run` options (limits, say).
     fn run_with(image: &Image, options: &[&str]) -> Container {
-        let mut argv = vec!["run", "-d", "--network", "none"];
+        Container::run_args(image, options, &[])
+    }
+
+    /// With `docker run` options, and arguments after the image (appended to its
+    /// ENTRYPOINT).
+    fn run_args(image: &Image, options: &[&str], args: &[&str]) -> Container {
+        let mut argv = vec!["run", "-d"];
+        if !options.contains(&"--network") {
+            argv.extend(["--network", "none"]);
+        }
         argv.extend_from_slice(options);
         argv.push(&image.0);
+        argv.extend_from_slice(args);
         let id = docker_ok(&argv);
         let c = Container(id);
         wait_until("the app to print ready", || {
@@ -305,4 +351,235 @@ fn a_limited_container_reports_its_own_limits_and_usage_from_inside() {
     let cpu = metrics["lifeguard_cpu_utilization_percent"];
     assert!((60.0..=130.0).contains(&cpu), "utilization {cpu} %");
     assert!(!c.logs().contains("warning: metrics"), "{}", c.logs());
+}
+
+#[test]
+fn docker_kill_signals_reach_the_app() {
+    let image = Image::build("kill", &["--drain-delay", "0"], &[]);
+    let c = Container::run(&image);
+    for signal in ["HUP", "USR1", "USR2", "QUIT", "WINCH"] {
+        docker_ok(&["kill", "-s", signal, &c.0]);
+        wait_until(&format!("the app to get SIG{signal}"), || {
+            c.logs().contains(&format!("signal {signal}")).then_some(())
+        });
+    }
+    let stop = c.stop_in_background(10);
+    assert!(stop.join().unwrap().status.success());
+    assert_eq!(c.inspect("{{.State.ExitCode}}"), "0", "{}", c.logs());
+}
+
+#[test]
+fn exit_codes_reach_docker_wait() {
+    // An exit code, and a death by signal as 128 + N.
+    let image = Image::build("exit3", &[], &["--exit", "3"]);
+    let c = Container::run(&image);
+    assert_eq!(docker_ok(&["wait", &c.0]), "3");
+    // Signal 32, which the testapp leaves at its default action (it reads the others
+    // from a signalfd): lifeguard forwards it and the app dies of it.
+    let image = Image::build("killed", &[], &["--default-signal", "32"]);
+    let c = Container::run(&image);
+    docker_ok(&["kill", "-s", "32", &c.0]);
+    assert_eq!(docker_ok(&["wait", &c.0]), "160", "{}", c.logs());
+}
+
+#[test]
+fn a_shell_form_entrypoint_stops_well_under_dockers_10_seconds() {
+    // `ENTRYPOINT /bin/sh -c '...'` as shell-form Dockerfiles produce: under a plain
+    // shell as PID 1 the SIGTERM never reaches the app and Docker kills after 10 s.
+    let image = Image::build_from(
+        "shell-form",
+        Recipe {
+            shell: true,
+            entrypoint: Some(
+                [
+                    "/lifeguard",
+                    "--drain-delay",
+                    "1s",
+                    "--",
+                    "/bin/sh",
+                    "-c",
+                    "/testapp; true",
+                ]
+                .map(String::from)
+                .to_vec(),
+            ),
+            ..Default::default()
+        },
+    );
+    let c = Container::run(&image);
+    let stopped = Instant::now();
+    let stop = c.stop_in_background(10);
+    assert!(stop.join().unwrap().status.success());
+    let took = stopped.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "docker stop took {took:?}:\n{}",
+        c.logs()
+    );
+    assert!(c.logs().contains("signal TERM"), "{}", c.logs());
+}
+
+#[test]
+fn cloudwatch_data_leaves_the_container_and_reaches_the_emulator() {
+    // --network host: the emulator listens on the host's 127.0.0.1, which the
+    // container shares.
+    let emulator = common::cloudwatch::Emulator::start();
+    let ns = format!("LifeguardTest/container-{}", std::process::id());
+    let endpoint = emulator.url();
+    let inflight = free_port().to_string();
+    let listen = listen_flag(free_port());
+    let image = Image::build_with_env(
+        "cloudwatch",
+        &[
+            ("METRICS_NAMESPACE", &ns),
+            ("METRICS_INTERVAL", "1"),
+            ("AWS_ENDPOINT_URL_CLOUDWATCH", &endpoint),
+            ("AWS_REGION", "us-east-1"),
+            ("AWS_ACCESS_KEY_ID", "AKIDCONTAINER"),
+            ("AWS_SECRET_ACCESS_KEY", "test"),
+            ("AWS_EC2_METADATA_DISABLED", "true"),
+        ],
+        &[
+            "--listen",
+            &listen,
+            "--inflight-port",
+            &inflight,
+            "--drain-delay",
+            "0",
+        ],
+        &[],
+    );
+    let c = Container::run_with(&image, &["--network", "host"]);
+    let calls = wait_until("a PutMetricData from inside the container", || {
+        let calls = emulator.calls(&ns);
+        (!calls.is_empty()).then_some(calls)
+    });
+    let datum = calls[0]
+        .metric("RequestsInFlight")
+        .expect("RequestsInFlight");
+    assert_eq!(datum["storage_resolution"], 1, "{datum}");
+    let stop = c.stop_in_background(10);
+    assert!(stop.join().unwrap().status.success());
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ContainerInit {
+    Lifeguard,
+    /// `docker run --init`: Docker's own tini.
+    DockerInit,
+}
+
+/// One server of the balancer: a container on the host's network (loopback only).
+fn server(image: &Image, init: ContainerInit, dies_on_term: bool) -> (Container, u16, u16) {
+    let port = free_port();
+    let port_text = port.to_string();
+    let mut app = vec!["--http", port_text.as_str()];
+    if dies_on_term {
+        app.push("--die-on-term");
+    }
+    match init {
+        ContainerInit::Lifeguard => {
+            let check = free_port();
+            let listen = listen_flag(check);
+            let mut args = vec![
+                "-v",
+                "--listen",
+                &listen,
+                "--drain-delay",
+                "2s",
+                "--inflight-port",
+                &port_text,
+                "--",
+                "/testapp",
+            ];
+            args.extend_from_slice(&app);
+            let c = Container::run_args(image, &["--network", "host"], &args);
+            (c, port, check)
+        }
+        ContainerInit::DockerInit => {
+            let c = Container::run_args(image, &["--network", "host", "--init"], &app);
+            (c, port, port)
+        }
+    }
+}
+
+#[test]
+fn no_request_fails_across_docker_stop_behind_haproxy_under_lifeguard_unlike_docker_init() {
+    use common::haproxy::{across_a_stop, fetch, Balancer};
+    let lifeguard = Image::build_from(
+        "lb-lifeguard",
+        Recipe {
+            entrypoint: Some(vec!["/lifeguard".into()]),
+            ..Default::default()
+        },
+    );
+    let bare = Image::build_from(
+        "lb-bare",
+        Recipe {
+            entrypoint: Some(vec!["/testapp".into()]),
+            ..Default::default()
+        },
+    );
+    let mut report = Vec::new();
+    for dies_on_term in [false, true] {
+        for init in [ContainerInit::Lifeguard, ContainerInit::DockerInit] {
+            let image = if init == ContainerInit::Lifeguard {
+                &lifeguard
+            } else {
+                &bare
+            };
+            let (stopped, port, check) = server(image, init, dies_on_term);
+            let (kept, kept_port, kept_check) = server(image, init, dies_on_term);
+            let check_path = if init == ContainerInit::Lifeguard {
+                "/readyz"
+            } else {
+                "/health"
+            };
+            let lb = Balancer::start(&[(port, check), (kept_port, kept_check)], check_path);
+            wait_until("HAProxy to serve from both containers", || {
+                fetch(lb.port, "/").then_some(())?;
+                let seen = |c: &Container| c.logs().contains("request /\n");
+                (seen(&stopped) && seen(&kept)).then_some(())
+            });
+            let outcome = across_a_stop(&lb, || {
+                wait_until("the long request to reach the stopped container", || {
+                    stopped.logs().contains("request /slow/4000").then_some(())
+                });
+                let _ = stopped.stop_in_background(10).join();
+            });
+            let app = if dies_on_term {
+                "dies on SIGTERM"
+            } else {
+                "naive"
+            };
+            report.push(format!(
+                "{init:?}, {app} app: {} of {} failed (long request ok: {})",
+                outcome.failed, outcome.sent, outcome.long_request_ok
+            ));
+            if init == ContainerInit::Lifeguard {
+                assert_eq!(
+                    (outcome.failed, outcome.long_request_ok),
+                    (0, true),
+                    "{app} app under lifeguard:\n{}",
+                    stopped.logs()
+                );
+                assert!(
+                    outcome.sent > 50,
+                    "too little traffic to tell: {}",
+                    outcome.sent
+                );
+            } else if dies_on_term {
+                // The control: without the drain the long request dies with the app.
+                assert!(
+                    !outcome.long_request_ok,
+                    "the long request survived under --init?"
+                );
+            }
+            drop(lb);
+        }
+    }
+    eprintln!(
+        "across one docker stop behind HAProxy:\n  {}",
+        report.join("\n  ")
+    );
 }

@@ -173,23 +173,30 @@ impl Handle {
     }
 }
 
-/// Connects and publishes until told to flush. A panic inside the SDK or the publisher
-/// ends publishing, not lifeguard: it unwinds this task only (the release profile
-/// unwinds; README, "Panics"), and supervision goes on.
-pub async fn run(config: Config, board: Arc<Board>, stopper: Stopper) {
+/// Starts the publisher on a thread of its own, before the app (runtime.rs), with its
+/// own name-lookup thread for the SDK (the endpoint and the credential providers are
+/// names), so the SDK never shares the app check's. A panic inside the SDK or the
+/// publisher stops this thread only (main.rs: the panic hook), never supervision.
+pub fn start(config: Config, board: Arc<Board>) -> Option<Handle> {
+    let (handle, stopper) = handle();
+    let started =
+        crate::runtime::spawn_thread("cloudwatch", true, move || run(config, board, stopper));
+    match started {
+        Ok(()) => Some(handle),
+        Err(reason) => {
+            logging::warn(format!("CloudWatch publishing off: {reason}"), &[]);
+            None
+        }
+    }
+}
+
+/// Connects and publishes until told to flush.
+async fn run(config: Config, board: Arc<Board>, stopper: Stopper) {
     board.counters.cloudwatch_on();
     let Stopper { stop, done } = stopper;
-    let task = tokio::spawn(async move {
-        match client::Client::connect(&config).await {
-            Ok(client) => publish(config, board, Arc::new(client), stop).await,
-            Err(reason) => logging::error(format!("CloudWatch publishing off: {reason}"), &[]),
-        }
-    });
-    if let Err(err) = task.await {
-        logging::error(
-            format!("CloudWatch publisher failed, publishing stopped: {err}"),
-            &[],
-        );
+    match client::Client::connect(&config).await {
+        Ok(client) => publish(config, board, Arc::new(client), stop).await,
+        Err(reason) => logging::error(format!("CloudWatch publishing off: {reason}"), &[]),
     }
     let _ = done.send(());
 }
@@ -231,7 +238,7 @@ async fn publish(
             }
             result = async { call.as_mut().expect("guarded").await }, if call.is_some() => {
                 call = None;
-                let result = result.unwrap_or_else(|e| Err((Outcome::Error, format!("the call panicked: {e}"))));
+                let result = result.unwrap_or_else(|e| Err((Outcome::Error, format!("the call failed: {e}"))));
                 settle(&board, &mut failures, &result);
             }
             _ = stop.notified() => {

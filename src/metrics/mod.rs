@@ -141,37 +141,21 @@ impl Derive {
 /// connections on the port), and the task metadata is fetched by a task of its own with
 /// a timeout, so a hung endpoint costs the task-scope figures and nothing else. If the
 /// thread cannot start, lifeguard runs on without samples.
-pub fn start(
-    config: Config,
-    cloudwatch: Option<crate::cloudwatch::Config>,
-    board: Arc<Board>,
-) -> Option<crate::cloudwatch::Handle> {
-    // The agent gives an address (169.254.170.2); a name needs the lookup thread, and
-    // so does CloudWatch (its endpoint, the credential providers').
-    let name_lookups = cloudwatch.is_some()
-        || config.ecs_metadata.as_deref().is_some_and(|uri| {
-            uri.parse::<hyper::Uri>()
-                .ok()
-                .and_then(|u| {
-                    u.host().map(|h| {
-                        h.trim_matches(['[', ']'])
-                            .parse::<std::net::IpAddr>()
-                            .is_err()
-                    })
+pub fn start(config: Config, board: Arc<Board>) {
+    // The agent gives an address (169.254.170.2); a name needs the lookup thread.
+    let name_lookups = config.ecs_metadata.as_deref().is_some_and(|uri| {
+        uri.parse::<hyper::Uri>()
+            .ok()
+            .and_then(|u| {
+                u.host().map(|h| {
+                    h.trim_matches(['[', ']'])
+                        .parse::<std::net::IpAddr>()
+                        .is_err()
                 })
-                .unwrap_or(false)
-        });
-    let (handle, stopper) = match cloudwatch {
-        Some(cw) => {
-            let (handle, stopper) = crate::cloudwatch::handle();
-            (Some(handle), Some((cw, stopper)))
-        }
-        None => (None, None),
-    };
+            })
+            .unwrap_or(false)
+    });
     let started = crate::runtime::spawn_thread("metrics", name_lookups, move || async move {
-        if let Some((cw, stopper)) = stopper {
-            tokio::spawn(crate::cloudwatch::run(cw, board.clone(), stopper));
-        }
         let task = config.ecs_metadata.as_deref().map(|uri| {
             let shared = Arc::new(Mutex::new(TaskState::default()));
             tokio::spawn(poll_task(
@@ -183,12 +167,8 @@ pub fn start(
         });
         sample_forever(config, task, board).await
     });
-    match started {
-        Ok(()) => handle,
-        Err(reason) => {
-            logging::warn(format!("metrics off: {reason}"), &[]);
-            None
-        }
+    if let Err(reason) = started {
+        logging::warn(format!("metrics off: {reason}"), &[]);
     }
 }
 

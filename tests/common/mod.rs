@@ -3,7 +3,9 @@
 //! collects its output line by line, and waits for conditions with a timeout.
 #![allow(dead_code)]
 
+pub mod cloudwatch;
 pub mod ecs;
+pub mod haproxy;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};

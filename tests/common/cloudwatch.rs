@@ -1,0 +1,136 @@
+//! The CloudWatch emulator of the tests: moto (PyPI) behind
+//! tests/support/cloudwatch_front.py, which speaks the Rust SDK's Smithy RPC-v2 CBOR,
+//! records every datum as sent, and injects faults.
+
+use std::io::BufRead;
+use std::io::BufReader;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::{exchange, get};
+
+/// The emulator: moto and the front, killed on drop.
+pub struct Emulator {
+    child: Child,
+    pub port: u16,
+}
+
+impl Emulator {
+    pub fn start() -> Emulator {
+        let script =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/cloudwatch_front.py");
+        let mut child = Command::new("python3")
+            .arg(script)
+            .args(["--port", "0", "--moto-port", "0"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("THIS TEST CANNOT RUN: no python3");
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let port = loop {
+            let line = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|_| {
+                panic!("THIS TEST CANNOT RUN: the CloudWatch emulator did not start (pip install -r tests/support/requirements.txt)")
+            });
+            if let Some(port) = line.strip_prefix("ready ") {
+                break port.trim().parse().unwrap();
+            }
+        };
+        Emulator { child, port }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn fault(&self, fault: &str) {
+        let raw = format!(
+            "POST /_fault HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{fault}",
+            fault.len()
+        );
+        let answer = exchange(self.port, &raw).unwrap();
+        assert!(
+            answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200"),
+            "{answer}"
+        );
+    }
+
+    /// Every PutMetricData moto accepted for `namespace`, each with its data as sent
+    /// (the front records datums; those of one call share its arrival time).
+    pub fn calls(&self, namespace: &str) -> Vec<Call> {
+        let (status, body) = get(self.port, &format!("/_data?namespace={namespace}"));
+        assert_eq!(status, 200, "{body}");
+        let doc: Value = serde_json::from_str(&body).unwrap();
+        let mut calls: Vec<Call> = Vec::new();
+        for datum in doc["data"].as_array().cloned().unwrap_or_default() {
+            let at = datum["received_at"].as_f64().unwrap();
+            match calls.last_mut() {
+                Some(call) if call.at == at => call.data.push(datum),
+                _ => calls.push(Call {
+                    at,
+                    data: vec![datum],
+                }),
+            }
+        }
+        calls
+    }
+
+    /// Every API request received, failed ones included.
+    pub fn log(&self) -> Vec<Value> {
+        let (_, body) = get(self.port, "/_log");
+        serde_json::from_str::<Value>(&body)
+            .unwrap()
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+    }
+}
+
+impl Drop for Emulator {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One PutMetricData as it arrived.
+#[derive(Clone, Debug)]
+pub struct Call {
+    pub at: f64,
+    pub data: Vec<Value>,
+}
+
+impl Call {
+    pub fn metric(&self, name: &str) -> Option<&Value> {
+        self.data.iter().find(|d| d["name"] == name)
+    }
+}
+
+/// Waits until `ok` holds for the calls recorded for `ns`; returns them.
+pub fn calls_until(
+    emulator: &Emulator,
+    ns: &str,
+    what: &str,
+    ok: impl Fn(&[Call]) -> bool,
+) -> Vec<Call> {
+    let until = Instant::now() + Duration::from_secs(40);
+    loop {
+        let calls = emulator.calls(ns);
+        if ok(&calls) {
+            return calls;
+        }
+        if Instant::now() > until {
+            panic!("timed out waiting for {what}; calls: {calls:#?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
