@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Benchmark lifeguard side by side with tini, dumb-init and catatonit.
+"""Benchmark lifeguard side by side with tini, tini-static, dumb-init and catatonit.
 
 Measures start-to-exit time, idle RSS, binary size, signal-forwarding latency, SIGTERM
 delivery through a shell entrypoint (as PID 1) and zombie-reaping time (as PID 1).
@@ -24,7 +24,8 @@ TARGET_DIR = "/tmp/bench-target"
 RELEASE = f"{TARGET_DIR}/x86_64-unknown-linux-musl/release"
 BUILD = ["cargo", "build", "--release", "--target", "x86_64-unknown-linux-musl",
          "--bin", "lifeguard", "--bin", "lifeguard-testapp"]
-DEBIAN = {"tini": "/usr/bin/tini", "dumb-init": "/usr/bin/dumb-init", "catatonit": "/usr/bin/catatonit"}
+DEBIAN = {"tini": "/usr/bin/tini", "tini-static": "/usr/bin/tini-static",
+          "dumb-init": "/usr/bin/dumb-init", "catatonit": "/usr/bin/catatonit"}
 UNSHARE = ["unshare", "--pid", "--fork", "--mount-proc", "--kill-child"]
 STARTED = []  # every Popen this script started; main() kills whatever is left at the end
 
@@ -328,10 +329,11 @@ def report(results, info, runs, lifeguard):
             "p99 µs": {k: v[1] for k, v in lat.items()},
             "SIGTERM via `sh -c`: handler finished": {
                 k: f"{v[0]}/{runs['term']} (TERM seen {v[1]})" for k, v in term.items()},
-            "reap 5000 zombies: wall ms": {k: v[0] for k, v in reap.items()},
+            "reap 20000 zombies: wall ms": {k: v[0] for k, v in reap.items()},
             "init CPU ms": {k: v[1] for k, v in reap.items()}}
     rows = ["| init | " + " | ".join(cols) + " |", "|---" * (len(cols) + 1) + "|"]
-    order = ["lifeguard", "lifeguard --listen off", "tini", "tini -g", "dumb-init", "catatonit"]
+    order = ["lifeguard", "lifeguard --listen off", "tini", "tini-static", "tini -g", "dumb-init",
+             "catatonit"]
     for k in [k for k in order + ["(no init)"] if any(k in c for c in cols.values())]:
         rows.append(f"| {k} | " + " | ".join(cell(c.get(k), c.get("tini")) for c in cols.values()) + " |")
     table = "\n".join(rows)
@@ -341,7 +343,7 @@ def report(results, info, runs, lifeguard):
             f"(interleaved), 5 for RSS, {runs['latency']} USR1 signals (plain children), {runs['term']} "
             f"SIGTERM runs and {runs['reap']} reaping runs (PID 1 of `unshare --pid --fork --mount-proc`, "
             "lifeguard with `--drain-delay 0`). Handler finished = the app printed `signal TERM` and, "
-            "100 ms later, `exiting`. Reaping: the init is held stopped until all 5000 zombies are "
+            "100 ms later, `exiting`. Reaping: the init is held stopped until all 20000 zombies are "
             "its children, then timed from SIGCONT. Method and caveats: bench/README.md.\n")
 
 
@@ -360,8 +362,8 @@ def main():
     q = 10 if args.quick else 1
     runs = {"true": 300 // q, "latency": 200 // q, "term": 40 // q, "reap": 5 if q == 1 else 1}
     lg, app = os.path.abspath(args.lifeguard), os.path.abspath(args.testapp)
-    plain = {"lifeguard": [lg], "tini": [DEBIAN["tini"]], "dumb-init": [DEBIAN["dumb-init"]],
-             "catatonit": [DEBIAN["catatonit"]]}
+    plain = {"lifeguard": [lg], "tini": [DEBIAN["tini"]], "tini-static": [DEBIAN["tini-static"]],
+             "dumb-init": [DEBIAN["dumb-init"]], "catatonit": [DEBIAN["catatonit"]]}
     if "--listen" in subprocess.run([lg, "--help"], capture_output=True, text=True).stdout:
         plain["lifeguard --listen off"] = [lg, "--listen", "off"]  # without its HTTP endpoint
     cmds = {k: (lambda a, v=v: v + ["--"] + a) for k, v in plain.items()}
@@ -374,7 +376,7 @@ def main():
              ("SIGUSR1 forwarding latency", lambda: bench_latency(cmds, app, runs["latency"])),
              ("shell-entrypoint SIGTERM (PID 1)", lambda: bench_shell_term(
                  {**term, "tini -g": lambda a: [DEBIAN["tini"], "-g", "--"] + a}, app, runs["term"])),
-             ("reaping 5000 zombies (PID 1)", lambda: bench_reap(term, app, runs["reap"], 5000))]
+             ("reaping 20000 zombies (PID 1)", lambda: bench_reap(term, app, runs["reap"], 20000))]
     results = []
     try:
         for title, fn in steps:

@@ -1,6 +1,7 @@
 //! The one read side of supervision: each writer (the supervisor, the app check, the
 //! sampler) owns a field of the `Board`, and readers (the endpoint, the CloudWatch
-//! publisher) take a `Snapshot` of all of it at once (issue #6).
+//! publisher) take a `Snapshot` of all of it at once (issue #6). It also owns the
+//! shapes it holds: the sampler's `Sample` and the publisher's `Outcome`.
 #![forbid(unsafe_code)]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -8,11 +9,11 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
-use crate::cloudwatch::Outcome;
+use std::time::Instant;
+
 use crate::health::{self, AppCheck, Verdict};
 use crate::kernel;
 use crate::lifecycle::Phase;
-use crate::metrics::Sample;
 use crate::signals::{self, Signal};
 
 pub struct Board {
@@ -176,6 +177,62 @@ impl Counters {
             })
             .filter(|(_, count)| *count > 0)
             .collect()
+    }
+}
+
+/// Whose CPU and memory a sample describes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Scope {
+    /// The cgroup lifeguard and the app run in.
+    #[default]
+    Container,
+    /// The whole ECS task (metadata endpoint).
+    Task,
+}
+
+/// One sample; a gauge that could not be read is `None` and left out of `/metrics`.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Sample {
+    /// When it was taken; `None` until the first sample.
+    pub taken: Option<Instant>,
+    pub scope: Scope,
+    pub cpu_usage_seconds: Option<f64>,
+    pub cpu_limit_cores: Option<f64>,
+    /// Usage rate over the last interval ÷ the limit; needs two samples.
+    pub cpu_utilization_percent: Option<f64>,
+    pub cpu_throttled_seconds: Option<f64>,
+    pub memory_working_set_bytes: Option<u64>,
+    pub memory_limit_bytes: Option<u64>,
+    pub memory_utilization_percent: Option<f64>,
+    pub memory_oom_kills: Option<u64>,
+    pub requests_in_flight: Option<u64>,
+    pub accept_queue_length: Option<u64>,
+}
+
+/// How a call ended, as `lifeguard_cloudwatch_requests_total{result}` counts it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Ok,
+    Throttled,
+    Timeout,
+    Error,
+}
+
+impl Outcome {
+    pub const ALL: [Outcome; 4] = [
+        Outcome::Ok,
+        Outcome::Throttled,
+        Outcome::Timeout,
+        Outcome::Error,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Outcome::Ok => "ok",
+            Outcome::Throttled => "throttled",
+            Outcome::Timeout => "timeout",
+            Outcome::Error => "error",
+        }
     }
 }
 

@@ -63,12 +63,17 @@ fn stop_only_the_panicking_thread() {
     std::panic::set_hook(Box::new(|info| {
         let thread = std::thread::current();
         let name = thread.name().unwrap_or("unnamed");
+        // One line: the message and where, without the default hook's line break.
+        let message = info.payload_as_str().unwrap_or("(no message)");
+        let place = info
+            .location()
+            .map_or_else(String::new, |l| format!(" at {}:{}", l.file(), l.line()));
         if name == "main" {
-            logging::error_now(format!("panic: {info}"));
+            logging::error_now(format!("panic{place}: {message}"));
             return;
         }
         logging::error_now(format!(
-            "panic in the {name} thread: {info}; that thread is stopped, supervision goes on"
+            "panic in the {name} thread{place}: {message}; that thread is stopped, supervision goes on"
         ));
         loop {
             std::thread::park();

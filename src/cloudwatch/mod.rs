@@ -1,5 +1,5 @@
 //! High-resolution CloudWatch metrics for fast ECS scaling (DESIGN §5, issue #7): the
-//! publisher, on the metrics thread, fed by the sampler's 1-second samples.
+//! publisher, on a thread of its own, fed by the sampler's 1-second samples.
 //!
 //! - `config`: the `METRICS_*` contract, validated at start
 //! - `plan`: when to publish and what (pure)
@@ -21,6 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::board::Board;
+pub use crate::board::Outcome;
 use crate::logging;
 use crate::metrics::Sample;
 use plan::{Datum, Plan, Reading};
@@ -31,33 +32,6 @@ pub use config::Config;
 pub const FLUSH_LIMIT: Duration = Duration::from_secs(2);
 /// A summary of ongoing failures at most this often.
 const SUMMARY_EVERY: Duration = Duration::from_secs(60);
-
-/// How a call ended, as `lifeguard_cloudwatch_requests_total{result}` counts it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    Ok,
-    Throttled,
-    Timeout,
-    Error,
-}
-
-impl Outcome {
-    pub const ALL: [Outcome; 4] = [
-        Outcome::Ok,
-        Outcome::Throttled,
-        Outcome::Timeout,
-        Outcome::Error,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Outcome::Ok => "ok",
-            Outcome::Throttled => "throttled",
-            Outcome::Timeout => "timeout",
-            Outcome::Error => "error",
-        }
-    }
-}
 
 /// Sends one batch; the SDK client in production, a recorder in tests.
 pub trait Put: Send + Sync + 'static {

@@ -1,5 +1,5 @@
 //! The measuring half (DESIGN §5): once a second, the app's cgroup CPU and memory (or
-//! the ECS task's), and its in-flight requests, sampled on the supervision runtime and
+//! the ECS task's), and its in-flight requests, sampled on a thread of its own and
 //! published on the `Board` for `/metrics` and CloudWatch.
 //!
 //! - `cgroup`: finding the cgroup and reading its files
@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::board::Board;
+pub use crate::board::{Sample, Scope};
 use crate::logging;
 
 /// How often the sampler runs (DESIGN §5: "once a second").
@@ -33,35 +34,6 @@ pub struct Config {
     pub inflight_port: Option<u16>,
     /// `ECS_CONTAINER_METADATA_URI_V4`: CPU and memory are the task's.
     pub ecs_metadata: Option<String>,
-}
-
-/// Whose CPU and memory a sample describes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Scope {
-    /// The cgroup lifeguard and the app run in.
-    #[default]
-    Container,
-    /// The whole ECS task (metadata endpoint).
-    Task,
-}
-
-/// One sample; a gauge that could not be read is `None` and left out of `/metrics`.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Sample {
-    /// When it was taken; `None` until the first sample.
-    pub taken: Option<Instant>,
-    pub scope: Scope,
-    pub cpu_usage_seconds: Option<f64>,
-    pub cpu_limit_cores: Option<f64>,
-    /// Usage rate over the last interval ÷ the limit; needs two samples.
-    pub cpu_utilization_percent: Option<f64>,
-    pub cpu_throttled_seconds: Option<f64>,
-    pub memory_working_set_bytes: Option<u64>,
-    pub memory_limit_bytes: Option<u64>,
-    pub memory_utilization_percent: Option<f64>,
-    pub memory_oom_kills: Option<u64>,
-    pub requests_in_flight: Option<u64>,
-    pub accept_queue_length: Option<u64>,
 }
 
 /// What one turn read, before rates: the cgroup, the task (when on ECS and fresh), the

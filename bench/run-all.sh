@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Every benchmark of bench/, side by side with tini, tini-static, dumb-init and catatonit
+# where they have a counterpart, and the peer yardstick (../shared/peer-bench) in the
+# same sitting, so the two can be checked against each other. As root; about 15 min.
+#   bench/run-all.sh [--quick]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+quick=""
+seconds=300
+if [ "${1:-}" = "--quick" ]; then quick="--quick"; seconds=20; fi
+for pkg in tini dumb-init catatonit wrk; do
+  command -v "$pkg" >/dev/null 2>&1 || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tini dumb-init catatonit wrk >/dev/null; break; }
+done
+export CARGO_TARGET_DIR=/tmp/bench-target
+cargo build --release --target x86_64-unknown-linux-musl --bin lifeguard --bin lifeguard-testapp
+lg=$CARGO_TARGET_DIR/x86_64-unknown-linux-musl/release/lifeguard
+python3 bench/compare.py $quick
+LIFEGUARD=$lg bench/readyz.sh | tee bench/readyz-results.txt
+python3 bench/metrics.py --seconds "$seconds"
+python3 bench/cloudwatch.py --seconds "$seconds"
+if [ -x ../shared/peer-bench/run-peers.sh ]; then
+  ../shared/peer-bench/run-peers.sh $quick "" "tini --" "tini-static --" dumb-init "catatonit --" \
+    "$lg --drain-delay 0 --listen off --" "$lg --drain-delay 0 --" | tee bench/peers-results.txt
+fi
