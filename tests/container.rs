@@ -374,12 +374,16 @@ fn exit_codes_reach_docker_wait() {
     let image = Image::build("exit3", &[], &["--exit", "3"]);
     let c = Container::run(&image);
     assert_eq!(docker_ok(&["wait", &c.0]), "3");
-    // Signal 32, which the testapp leaves at its default action (it reads the others
-    // from a signalfd): lifeguard forwards it and the app dies of it.
-    let image = Image::build("killed", &[], &["--default-signal", "32"]);
+    // An app with no SIGTERM handler dies of the relayed stop signal: 128 + 15.
+    let image = Image::build(
+        "killed",
+        &["--drain-delay", "0"],
+        &["--http", "8080", "--die-on-term"],
+    );
     let c = Container::run(&image);
-    docker_ok(&["kill", "-s", "32", &c.0]);
-    assert_eq!(docker_ok(&["wait", &c.0]), "160", "{}", c.logs());
+    let stop = c.stop_in_background(10);
+    assert!(stop.join().unwrap().status.success());
+    assert_eq!(docker_ok(&["wait", &c.0]), "143", "{}", c.logs());
 }
 
 #[test]
