@@ -16,6 +16,9 @@ use crate::kernel;
 use crate::lifecycle::Phase;
 use crate::signals::{self, Signal};
 
+/// Samples come every second; one older than this is left out of every snapshot.
+const SAMPLE_STALE: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub struct Board {
     phase: watch::Sender<Phase>,
     check: watch::Sender<AppCheck>,
@@ -86,6 +89,13 @@ impl Board {
 
     pub fn snapshot(&self) -> Snapshot {
         let phase = *self.phase.borrow();
+        // A sample that stopped coming (its thread gone) is no reading at all: gauges
+        // frozen at their last value would steer autoscalers for good.
+        let sample = self.sample.borrow().clone();
+        let sample = match sample.taken {
+            Some(at) if at.elapsed() > SAMPLE_STALE => Arc::new(Sample::default()),
+            _ => sample,
+        };
         Snapshot {
             phase,
             term_pending: matches!(phase, Phase::Starting | Phase::Running)
@@ -95,7 +105,7 @@ impl Board {
             zombies_reaped: self.counters.zombies_reaped.load(Ordering::Relaxed),
             metadata_failures: self.counters.metadata_failures.load(Ordering::Relaxed),
             cloudwatch: self.counters.cloudwatch(),
-            sample: self.sample.borrow().clone(),
+            sample,
         }
     }
 
@@ -257,5 +267,19 @@ mod tests {
         board.set_phase(Phase::Stopping);
         let snap = board.snapshot();
         assert!(!snap.ready() && snap.draining());
+    }
+
+    #[test]
+    fn a_sample_that_stopped_coming_is_left_out() {
+        let board = Board::new();
+        let sample = |age: u64| Sample {
+            taken: Instant::now().checked_sub(std::time::Duration::from_secs(age)),
+            requests_in_flight: Some(7),
+            ..Default::default()
+        };
+        board.set_sample(sample(1));
+        assert_eq!(board.snapshot().sample.requests_in_flight, Some(7));
+        board.set_sample(sample(60));
+        assert_eq!(board.snapshot().sample.requests_in_flight, None);
     }
 }

@@ -98,6 +98,8 @@ pub enum HoldEnd {
     DrainMax,
     /// A second SIGTERM.
     SecondTerm,
+    /// The app exited while the stop signal was held.
+    AppExited,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -252,6 +254,7 @@ impl Lifecycle {
     }
 
     fn on_app_exit(&mut self, status: AppStatus, now: Instant, actions: &mut Vec<Action>) {
+        self.end_hold(HoldEnd::AppExited, now, actions);
         let code = status.code();
         let code = if self.config.remap_exit.contains(&code) {
             0
@@ -770,7 +773,7 @@ mod tests {
                 (
                     7.0,
                     AppExited(AppStatus::Killed(KILL)),
-                    vec![remaining(false)],
+                    vec![ended(2.0, 1, HoldEnd::AppExited), remaining(false)],
                     Phase::Exited,
                     Some(25.0),
                 ),

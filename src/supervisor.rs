@@ -215,6 +215,10 @@ impl Supervisor {
                                 "second SIGTERM: hold over",
                                 &[("held", &held), ("in_flight", &left)],
                             ),
+                            HoldEnd::AppExited => logging::info(
+                                "the app exited: hold over",
+                                &[("held", &held), ("in_flight", &left)],
+                            ),
                         }
                     }
                     Action::Exit(code) => exit = Some(code),

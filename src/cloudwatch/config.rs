@@ -61,9 +61,11 @@ fn namespace_of(text: &str) -> Result<String, String> {
 }
 
 fn interval_of(text: &str) -> Result<Duration, String> {
-    let form = "expected a positive number of seconds, like 10 or 30";
+    // CloudWatch's high resolution is one second; a shorter interval would leave each
+    // call less time than it takes.
+    let form = "expected a positive number of seconds, 1 or more, like 10 or 30";
     match text.trim().parse::<f64>() {
-        Ok(secs) if secs.is_finite() && secs > 0.0 && secs <= 86_400.0 => {
+        Ok(secs) if secs.is_finite() && secs >= 1.0 && secs <= 86_400.0 => {
             Ok(Duration::from_secs_f64(secs))
         }
         _ => Err(format!("METRICS_INTERVAL '{text}' cannot be used: {form}")),

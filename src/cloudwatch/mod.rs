@@ -216,16 +216,17 @@ async fn publish(
                 settle(&board, &mut failures, &result);
             }
             _ = stop.notified() => {
+                // One deadline for the whole flush: the running call, then the rest.
+                let until = tokio::time::Instant::now() + FLUSH_LIMIT;
                 if let Some(running) = call.take() {
-                    // Give the running call the flush's time, then publish what is left.
-                    if let Ok(result) = tokio::time::timeout(FLUSH_LIMIT, running).await {
+                    if let Ok(result) = tokio::time::timeout_at(until, running).await {
                         let result = result.unwrap_or_else(|e| Err((Outcome::Error, e.to_string())));
                         settle(&board, &mut failures, &result);
                     }
                 }
                 let batch = plan.take(Instant::now());
                 if !batch.is_empty() {
-                    let result = match tokio::time::timeout(FLUSH_LIMIT, put.put(batch)).await {
+                    let result = match tokio::time::timeout_at(until, put.put(batch)).await {
                         Ok(result) => result,
                         Err(_) => Err((Outcome::Timeout, "the exit flush ran out of time".into())),
                     };

@@ -61,14 +61,21 @@ impl Derive {
             Some((at, usage)) => (Scope::Task, Some(usage.cpu_ns), at, Some(usage.working_set)),
             None => (Scope::Container, cg.cpu_usage_ns, r.at, cg.working_set()),
         };
-        let cpu_limit = match scope {
-            Scope::Task => r.task_limits.cpu_cores.or_else(|| cg.limit_cores()),
-            Scope::Container => cg.limit_cores(),
+        // The limit that binds: a local quota or cpuset, else the task's size, else the
+        // machine (DESIGN §5); in task scope the task's size comes first.
+        let local_cores = match (cg.cpu_quota_cores, cg.cpuset_cpus) {
+            (Some(q), Some(c)) => Some(q.min(c as f64)),
+            (q, c) => q.or(c.map(|c| c as f64)),
         };
+        let cpu_limit = match scope {
+            Scope::Task => r.task_limits.cpu_cores.or(local_cores),
+            Scope::Container => local_cores.or(r.task_limits.cpu_cores),
+        }
+        .or_else(|| cg.limit_cores());
         // A cgroup limit above the host's memory is no limit: the host's runs out first.
         let memory_limit = match scope {
             Scope::Task => r.task_limits.memory_bytes.or(cg.memory_limit),
-            Scope::Container => cg.memory_limit,
+            Scope::Container => cg.memory_limit.or(r.task_limits.memory_bytes),
         }
         .map(|limit| cg.memory_total.map_or(limit, |total| limit.min(total)))
         .or(cg.memory_total);
@@ -90,7 +97,9 @@ impl Derive {
         Sample {
             taken: Some(r.at),
             scope,
-            cpu_usage_seconds: cpu_ns.map(|ns| ns as f64 / 1e9),
+            // The counter is the cgroup's alone: switching it between task and container
+            // (a metadata outage) would read as a counter reset.
+            cpu_usage_seconds: cg.cpu_usage_ns.map(|ns| ns as f64 / 1e9),
             cpu_limit_cores: cpu_limit,
             cpu_utilization_percent: cpu_utilization,
             cpu_throttled_seconds: cg.cpu_throttled_ns.map(|ns| ns as f64 / 1e9),
@@ -428,6 +437,26 @@ mod tests {
         assert_eq!(s.scope, Scope::Container);
         assert_eq!(s.cpu_utilization_percent, None);
         assert_eq!(s.cpu_limit_cores, Some(0.5));
+        // Without a local quota or cpuset, the task's size still beats the machine's
+        // CPUs, and its memory the host's; the usage counter is the cgroup's throughout.
+        let mut unlimited = cgroup_reading(7_000_000_000);
+        unlimited.cpu_quota_cores = None;
+        unlimited.cpuset_cpus = None;
+        unlimited.memory_limit = None;
+        let both = ecs::TaskLimits {
+            cpu_cores: Some(0.25),
+            memory_bytes: Some(1 << 30),
+        };
+        let s = derive.next(&Reading {
+            at: later + Duration::from_secs(2),
+            cgroup: &unlimited,
+            task: None,
+            task_limits: both,
+            inflight: None,
+        });
+        assert_eq!(s.cpu_limit_cores, Some(0.25));
+        assert_eq!(s.memory_limit_bytes, Some(1 << 30));
+        assert_eq!(s.cpu_usage_seconds, Some(7.0));
     }
 
     #[test]
