@@ -379,8 +379,11 @@ fn on_ecs_cpu_and_memory_are_the_tasks_and_a_failing_endpoint_falls_back_to_the_
         let online = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
         online.trim().to_string()
     };
-    // Each way of failing: the cgroup stands in (this test's cgroup has no CPU quota, so
-    // the limit is the machine's CPUs), one warning, and every failure counted.
+    // Each way of failing: the cgroup's usage stands in (its working set is not the
+    // task's 216 MiB), while the task's size, known from before, stays the limit (this
+    // test's cgroup has no quota or memory limit of its own: DESIGN §5's chain); one
+    // warning, and every failure counted.
+    let task_ws = (216u64 << 20) as f64;
     for (mode, what) in [
         (ANSWERS_500, "HTTP 500"),
         (HANGS, "a hung endpoint"),
@@ -392,21 +395,21 @@ fn on_ecs_cpu_and_memory_are_the_tasks_and_a_failing_endpoint_falls_back_to_the_
             .copied()
             .unwrap_or(0.0);
         let m = scrape_until(port, &format!("the cgroup standing in for {what}"), |m| {
-            m.get("lifeguard_cpu_limit_cores") != Some(&0.25)
+            m.get("lifeguard_memory_working_set_bytes") != Some(&task_ws)
                 && m.get("lifeguard_task_metadata_failures_total") > Some(&before)
         });
-        assert!(
-            m["lifeguard_cpu_limit_cores"] >= 1.0,
+        assert_eq!(
+            m["lifeguard_cpu_limit_cores"], 0.25,
             "{what}: {m:?} (cpus {cgroup_cores})"
         );
-        assert_ne!(
+        assert_eq!(
             m["lifeguard_memory_limit_bytes"],
             (512u64 << 20) as f64,
             "{what}"
         );
         standin.mode.store(HEALTHY, Ordering::SeqCst);
         scrape_until(port, "the task scope again", |m| {
-            m.get("lifeguard_cpu_limit_cores") == Some(&0.25)
+            m.get("lifeguard_memory_working_set_bytes") == Some(&task_ws)
         });
     }
     let warnings = run

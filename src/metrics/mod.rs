@@ -63,9 +63,15 @@ impl Derive {
         };
         // The limit that binds: a local quota or cpuset, else the task's size, else the
         // machine (DESIGN §5); in task scope the task's size comes first.
-        let local_cores = match (cg.cpu_quota_cores, cg.cpuset_cpus) {
-            (Some(q), Some(c)) => Some(q.min(c as f64)),
-            (q, c) => q.or(c.map(|c| c as f64)),
+        // A cpuset counts only where it restricts: one holding every online CPU is the
+        // machine, not a limit.
+        let cpuset = cg
+            .cpuset_cpus
+            .filter(|n| cg.online_cpus.is_none_or(|online| *n < online))
+            .map(|n| n as f64);
+        let local_cores = match (cg.cpu_quota_cores, cpuset) {
+            (Some(q), Some(c)) => Some(q.min(c)),
+            (q, c) => q.or(c),
         };
         let cpu_limit = match scope {
             Scope::Task => r.task_limits.cpu_cores.or(local_cores),
