@@ -1,0 +1,217 @@
+//! /proc: which namespace's it is (DESIGN §3 "Whose /proc"), lifeguard's descendants
+//! through the kernel's child lists, and a process's signal state.
+#![allow(unsafe_code)]
+
+use super::process::own_pid;
+use crate::signals::Signal;
+
+/// Whether `signal`'s default action does not apply to `process`: a handler installed,
+/// the signal blocked (to be read with sigwait/signalfd) or ignored: SigCgt, SigBlk and
+/// SigIgn in its /proc status.
+pub fn handles(process: &Descendant, signal: Signal) -> bool {
+    let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", process.proc_pid)) else {
+        return false;
+    };
+    let bits = |field: &str| {
+        status
+            .lines()
+            .find_map(|line| line.strip_prefix(field))
+            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+            .unwrap_or(0)
+    };
+    (bits("SigCgt:") | bits("SigBlk:") | bits("SigIgn:")) & (1 << (signal.0 - 1)) != 0
+}
+
+/// A live process below lifeguard.
+#[derive(Clone, Copy, Debug)]
+pub struct Descendant {
+    /// Its pid and process group in lifeguard's PID namespace (what kill takes).
+    pub pid: i32,
+    pub pgid: i32,
+    /// Its pid in the namespace /proc belongs to (what /proc paths take): the same as
+    /// `pid` unless /proc is an outer namespace's.
+    pub proc_pid: i32,
+}
+
+/// How the mounted /proc relates to lifeguard's PID namespace (DESIGN §3, "Whose
+/// /proc"; issue #9). `unshare --pid --fork` without `--mount-proc`, and some
+/// sandboxes, leave PID 1 with the host's /proc, where /proc/1 is the host's init.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProcView {
+    /// /proc is this namespace's.
+    Own,
+    /// /proc is an outer namespace's: lifeguard is `self_pid` there, and a process's
+    /// pid in lifeguard's namespace is entry `depth` of its NSpid line.
+    Outer { self_pid: i32, depth: usize },
+    /// /proc does not show lifeguard at all (an unrelated namespace's).
+    Blind,
+}
+
+/// Decided once, on first use (nothing at start-up pays for it).
+pub fn proc_view() -> ProcView {
+    static VIEW: std::sync::OnceLock<ProcView> = std::sync::OnceLock::new();
+    *VIEW.get_or_init(|| {
+        let status = std::fs::read_to_string("/proc/self/status").ok();
+        let seen = std::fs::read_link("/proc/self").ok();
+        decide_proc_view(
+            own_pid(),
+            seen.as_deref().and_then(|p| p.to_str()?.parse().ok()),
+            status.as_deref(),
+        )
+    })
+}
+
+/// The pure rule: `seen` is what /proc/self points to, `status` /proc/self/status.
+fn decide_proc_view(own: i32, seen: Option<i32>, status: Option<&str>) -> ProcView {
+    match seen {
+        Some(pid) if pid == own => ProcView::Own,
+        Some(self_pid) => match status.and_then(|s| ns_ids(s, "NSpid:")) {
+            // The innermost entry is lifeguard's own namespace.
+            Some(ids) if ids.last() == Some(&own) => ProcView::Outer {
+                self_pid,
+                depth: ids.len() - 1,
+            },
+            _ => ProcView::Blind,
+        },
+        None => ProcView::Blind,
+    }
+}
+
+/// The ids of an `NSpid:`/`NSpgid:` line of a /proc status: outermost first.
+fn ns_ids(status: &str, field: &str) -> Option<Vec<i32>> {
+    let line = status.lines().find_map(|l| l.strip_prefix(field))?;
+    line.split_whitespace().map(|id| id.parse().ok()).collect()
+}
+
+/// Every live descendant of lifeguard. Walks the kernel's child lists
+/// (/proc/PID/task/TID/children) down from lifeguard, so the cost is the size of the
+/// tree, not of the host's process table; with an outer namespace's /proc the walk
+/// starts at /proc/self and each pid is translated through NSpid/NSpgid; with a /proc
+/// that does not show lifeguard there is nothing to walk (as PID 1, `kill(-1)` still
+/// reaches the namespace). Falls back to a full /proc scan on kernels built without
+/// child lists (CONFIG_PROC_CHILDREN), and only with lifeguard's own /proc.
+pub fn descendants() -> Vec<Descendant> {
+    let (start, depth) = match proc_view() {
+        ProcView::Own => (own_pid(), None),
+        ProcView::Outer { self_pid, depth } => (self_pid, Some(depth)),
+        ProcView::Blind => return Vec::new(),
+    };
+    let Some(mut frontier) = children_of(start) else {
+        return match depth {
+            None => descendants_by_scan(start),
+            Some(_) => Vec::new(),
+        };
+    };
+    let mut found = Vec::new();
+    while let Some(proc_pid) = frontier.pop() {
+        // Zombies stay in: a process whose main thread has exited shows as a zombie
+        // while its other threads still run, and must be killed too (a signal to a real
+        // zombie is harmless).
+        let ids = match depth {
+            None => procfs::process::Process::new(proc_pid)
+                .and_then(|p| p.stat())
+                .ok()
+                .map(|stat| (proc_pid, stat.pgrp)),
+            Some(depth) => std::fs::read_to_string(format!("/proc/{proc_pid}/status"))
+                .ok()
+                .and_then(|status| {
+                    let pid = *ns_ids(&status, "NSpid:")?.get(depth)?;
+                    let pgid = *ns_ids(&status, "NSpgid:")?.get(depth)?;
+                    Some((pid, pgid))
+                }),
+        };
+        let Some((pid, pgid)) = ids else {
+            continue; // gone meanwhile
+        };
+        found.push(Descendant {
+            pid,
+            pgid,
+            proc_pid,
+        });
+        frontier.extend(children_of(proc_pid).unwrap_or_default());
+    }
+    found
+}
+
+/// Children of every thread of `pid`: orphans re-parented to a subreaper may hang on any
+/// of its threads. None when the kernel has no child lists.
+fn children_of(pid: i32) -> Option<Vec<i32>> {
+    let tasks = procfs::process::Process::new(pid).ok()?.tasks().ok()?;
+    let mut out = Vec::new();
+    for task in tasks.flatten() {
+        match task.children() {
+            Ok(children) => out.extend(children.into_iter().map(|c| c as i32)),
+            Err(procfs::ProcError::NotFound(_)) if task.tid == pid => return None,
+            Err(_) => {}
+        }
+    }
+    Some(out)
+}
+
+fn descendants_by_scan(me: i32) -> Vec<Descendant> {
+    let Ok(all) = procfs::process::all_processes() else {
+        return Vec::new();
+    };
+    let table: Vec<(i32, i32, i32)> = all
+        .filter_map(|p| p.ok()?.stat().ok())
+        .map(|s| (s.pid, s.ppid, s.pgrp))
+        .collect();
+    let mut found = Vec::new();
+    let mut frontier = vec![me];
+    while let Some(parent) = frontier.pop() {
+        for &(pid, ppid, pgid) in &table {
+            if ppid == parent && pid != me {
+                found.push(Descendant {
+                    pid,
+                    pgid,
+                    proc_pid: pid,
+                });
+                frontier.push(pid);
+            }
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn whose_proc_is_decided_from_self_and_nspid() {
+        let status = "Name:\tlifeguard\nNSpid:\t48213\t1\nNSpgid:\t48213\t1\n";
+        // /proc/self is lifeguard itself: its own /proc.
+        assert_eq!(decide_proc_view(1, Some(1), Some(status)), ProcView::Own);
+        // The host's /proc: lifeguard is 48213 there, and 1 in its namespace.
+        assert_eq!(
+            decide_proc_view(1, Some(48213), Some(status)),
+            ProcView::Outer {
+                self_pid: 48213,
+                depth: 1
+            }
+        );
+        // Three levels deep.
+        let nested = "NSpid:\t900\t40\t7\n";
+        assert_eq!(
+            decide_proc_view(7, Some(900), Some(nested)),
+            ProcView::Outer {
+                self_pid: 900,
+                depth: 2
+            }
+        );
+        // A /proc where "self" is somebody else's view, or missing: blind.
+        assert_eq!(
+            decide_proc_view(7, Some(5), Some("NSpid:\t5\n")),
+            ProcView::Blind
+        );
+        assert_eq!(decide_proc_view(7, None, None), ProcView::Blind);
+        assert_eq!(decide_proc_view(7, Some(5), None), ProcView::Blind);
+    }
+
+    #[test]
+    fn ns_id_lines_parse_outermost_first() {
+        assert_eq!(ns_ids("NSpid:\t12\t3\n", "NSpid:"), Some(vec![12, 3]));
+        assert_eq!(ns_ids("NSpid:\t12 x\n", "NSpid:"), None);
+        assert_eq!(ns_ids("Pid:\t12\n", "NSpid:"), None);
+    }
+}

@@ -1,0 +1,188 @@
+//! Processes: lifeguard's own attributes (pid, subreaper, parent-death signal), spawning
+//! the app with what it inherited, reaping, and sending signals.
+#![allow(unsafe_code)]
+
+use std::ffi::OsString;
+use std::io;
+use std::os::unix::process::CommandExt;
+use std::process::{Command, Stdio};
+
+use super::limits::{descriptor_limit, INHERITED_NOFILE};
+use super::signals::{bit, disposition, inherited_signal_state, kernel_mask, set_disposition};
+use super::terminal::AppTerminal;
+use crate::signals::{self, Signal};
+
+pub fn own_pid() -> i32 {
+    std::process::id() as i32
+}
+
+pub fn is_pid1() -> bool {
+    own_pid() == 1
+}
+
+/// Orphans of the app's descendants are re-parented to lifeguard instead of to the real
+/// init, so it can reap them and kill them at the deadline (prctl(2),
+/// PR_SET_CHILD_SUBREAPER).
+pub fn become_subreaper() -> io::Result<()> {
+    nix::sys::prctl::set_child_subreaper(true).map_err(io::Error::from)
+}
+
+/// tini `-p`: the kernel sends `signal` to lifeguard when its parent dies.
+pub fn set_parent_death_signal(signal: Signal) -> io::Result<()> {
+    // SAFETY: PR_SET_PDEATHSIG takes a signal number as an unsigned long; no pointers.
+    let rc = unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, signal.0 as libc::c_ulong, 0, 0, 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The app.
+
+/// Starts COMMAND in a session and process group of its own, with the signal mask and
+/// ignored set lifeguard inherited, and none of lifeguard's descriptors (all are opened
+/// close-on-exec). With a terminal on stdin its group becomes the foreground one, as
+/// `terminal` says.
+///
+/// The returned `Child` handle is dropped on purpose: lifeguard's reaper is the only
+/// code that waits.
+pub fn spawn_app(command: &[OsString], terminal: AppTerminal) -> io::Result<i32> {
+    let (mask_bits, ignored_bits) = inherited_signal_state();
+    // Dispositions put back as inherited: Rust's start-up ignores SIGPIPE and its spawn
+    // resets it, and the C library may install handlers (which exec turns into SIG_DFL)
+    // on signals lifeguard inherited ignored. Computed before the fork: the child only
+    // makes system calls.
+    let restore: Vec<(i32, libc::sighandler_t)> = (1..=signals::MAX)
+        .filter(|&n| n != libc::SIGKILL && n != libc::SIGSTOP)
+        .filter_map(|n| {
+            let was_ignored = ignored_bits & bit(n) != 0;
+            let is_ignored = disposition(n)? == libc::SIG_IGN;
+            // Inherited-ignored ones always: std's spawn resets SIGPIPE before our code.
+            (was_ignored || is_ignored).then_some((
+                n,
+                if was_ignored {
+                    libc::SIG_IGN
+                } else {
+                    libc::SIG_DFL
+                },
+            ))
+        })
+        .collect();
+    let nofile = INHERITED_NOFILE.get().copied();
+    let mut cmd = Command::new(&command[0]);
+    cmd.args(&command[1..])
+        .stdin(Stdio::inherit())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit());
+    // SAFETY: the closure runs between fork and exec in the child, where only
+    // async-signal-safe calls are allowed: setsid, setpgid, tcsetpgrp, ioctl and raw
+    // system calls are, and it allocates nothing.
+    unsafe {
+        cmd.pre_exec(move || {
+            if terminal == AppTerminal::ForegroundGroup {
+                if libc::setpgid(0, 0) < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // A background group calling tcsetpgrp gets SIGTTOU unless it is
+                // blocked (tcsetpgrp(3)); every signal still is, until the last step.
+                // Failure only costs job control; the app still runs.
+                libc::tcsetpgrp(0, libc::getpid());
+            } else {
+                if libc::setsid() < 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                if terminal == AppTerminal::OwnSession {
+                    // Failure only costs job control; the app still runs (as dumb-init).
+                    libc::ioctl(0, libc::TIOCSCTTY, 0);
+                }
+            }
+            for &(n, handler) in &restore {
+                set_disposition(n, handler);
+            }
+            if let Some(limit) = &nofile {
+                descriptor_limit(Some(limit))?;
+            }
+            // Last: from here on the app's own mask applies.
+            kernel_mask(libc::SIG_SETMASK, mask_bits)?;
+            Ok(())
+        });
+    }
+    let child = cmd.spawn()?;
+    Ok(child.id() as i32)
+}
+
+// ---------------------------------------------------------------------------------------
+// Reaping and killing.
+
+pub enum Reaped {
+    Child {
+        pid: i32,
+        /// The raw wait status (lifecycle::AppStatus::from_wait decodes it).
+        status: libc::c_int,
+    },
+    /// Children exist but none has exited.
+    NoneExited,
+    /// ECHILD: lifeguard has no children at all.
+    NoChildren,
+}
+
+/// One `waitpid(-1, WNOHANG)`; the status stays raw (nix's `WaitStatus` cannot represent
+/// a death by a real-time signal).
+pub fn reap_one() -> Reaped {
+    let mut status: libc::c_int = 0;
+    loop {
+        // SAFETY: `status` is a valid out-pointer for the duration of the call.
+        let pid = unsafe { libc::waitpid(-1, &mut status, libc::WNOHANG) };
+        if pid > 0 {
+            return Reaped::Child { pid, status };
+        }
+        if pid == 0 {
+            return Reaped::NoneExited;
+        }
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::EINTR) => continue,
+            _ => return Reaped::NoChildren,
+        }
+    }
+}
+
+/// Whether lifeguard has any child at all, exited or not (nothing is collected).
+/// Everything lifeguard answers for is a child or below one (orphans are re-parented to
+/// it), so without children there is nothing to look for.
+pub fn has_children() -> bool {
+    use nix::sys::wait::{waitid, Id, WaitPidFlag};
+    !matches!(
+        waitid(
+            Id::All,
+            WaitPidFlag::WEXITED
+                | WaitPidFlag::WSTOPPED
+                | WaitPidFlag::WNOHANG
+                | WaitPidFlag::WNOWAIT
+        ),
+        Err(nix::errno::Errno::ECHILD)
+    )
+}
+
+/// kill(2) with any signal number, real-time ones included; `target` < 0 is a group.
+pub fn send(target: i32, signal: Signal) -> io::Result<()> {
+    // SAFETY: kill takes two integers; lifeguard never passes 0 or -1 by accident: the
+    // callers name a pid or -pgid (> 1), and `kill_everything_in_namespace` is explicit.
+    let rc = unsafe { libc::kill(target, signal.0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// As PID 1, `kill(-1, signal)` reaches every other process of the PID namespace: the
+/// kernel's own view, whatever /proc shows.
+pub fn signal_everything_in_namespace(signal: Signal) {
+    debug_assert!(is_pid1());
+    // SAFETY: see `send`; -1 is meant here and only ever called as PID 1.
+    unsafe {
+        libc::kill(-1, signal.0);
+    }
+}
