@@ -480,6 +480,23 @@ pub struct Cgroup {
     meminfo: PathBuf,
     cpu_online: PathBuf,
     reader: Reader,
+    /// Reads so far; the limits are read again every `LIMITS_EVERY` reads.
+    reads: u64,
+    limits: Limits,
+}
+
+/// The figures that change only when someone resizes the container (`docker update`,
+/// a new task size): read every tenth time, which halves the files each sample opens
+/// (issue #6: lifeguard's own CPU at one sample a second).
+const LIMITS_EVERY: u64 = 10;
+
+#[derive(Debug, Default, Clone, Copy)]
+struct Limits {
+    cpu_quota_cores: Option<f64>,
+    cpuset_cpus: Option<u32>,
+    online_cpus: Option<u32>,
+    memory_limit: Option<u64>,
+    memory_total: Option<u64>,
 }
 
 /// Reads small files into one reused buffer and remembers which fields were reported.
@@ -617,6 +634,8 @@ pub fn discover_in(root: &Path, proc_self_cgroup: &str, mountinfo: &str) -> Cgro
         meminfo: root.join("proc/meminfo"),
         cpu_online: root.join("sys/devices/system/cpu/online"),
         reader: Reader::default(),
+        reads: 0,
+        limits: Limits::default(),
     }
 }
 
@@ -689,7 +708,10 @@ impl Cgroup {
     /// fields `None` without a failure (`describe` already said so).
     pub fn read(&mut self) -> Reading {
         let mut r = Reading::default();
+        let fresh_limits = self.reads % LIMITS_EVERY == 0;
+        self.reads += 1;
         let rd = &mut self.reader;
+        let mut limits = self.limits;
 
         match &self.cpu_usage {
             Some((path, Version::V2)) => {
@@ -703,9 +725,11 @@ impl Cgroup {
 
         match &self.cpu {
             Some(CpuFiles::V2 { max, stat }) => {
-                r.cpu_quota_cores = rd
-                    .value(max, "cpu_quota_cores", |t| parse_cpu_max(t).ok())
-                    .flatten();
+                if fresh_limits {
+                    limits.cpu_quota_cores = rd
+                        .value(max, "cpu_quota_cores", |t| parse_cpu_max(t).ok())
+                        .flatten();
+                }
                 if let Some(text) = rd.read(stat, "cpu_throttled_ns") {
                     r.cpu_throttled_ns =
                         flat_key(text, "throttled_usec").and_then(|us| us.checked_mul(1000));
@@ -721,13 +745,17 @@ impl Cgroup {
                 stat,
             }) => {
                 // -1 = no quota; the period is read only when there is one.
-                let quota_us = rd.value(quota, "cpu_quota_cores", |t| parse_cfs_quota_us(t).ok());
-                if let Some(quota_us) = quota_us.flatten() {
-                    r.cpu_quota_cores = rd
-                        .value(period, "cpu_quota_cores", |p| {
-                            quota_cores(quota_us, p.trim().parse().ok()?).ok()
-                        })
-                        .flatten();
+                if fresh_limits {
+                    let quota_us =
+                        rd.value(quota, "cpu_quota_cores", |t| parse_cfs_quota_us(t).ok());
+                    limits.cpu_quota_cores = match quota_us.flatten() {
+                        Some(quota_us) => rd
+                            .value(period, "cpu_quota_cores", |p| {
+                                quota_cores(quota_us, p.trim().parse().ok()?).ok()
+                            })
+                            .flatten(),
+                        None => None,
+                    };
                 }
                 if let Some(text) = rd.read(stat, "cpu_throttled_ns") {
                     r.cpu_throttled_ns = flat_key(text, "throttled_time");
@@ -740,10 +768,12 @@ impl Cgroup {
             None => {}
         }
 
-        if let Some(path) = &self.cpuset {
-            r.cpuset_cpus = rd.value(path, "cpuset_cpus", parse_cpu_list);
+        if fresh_limits {
+            if let Some(path) = &self.cpuset {
+                limits.cpuset_cpus = rd.value(path, "cpuset_cpus", parse_cpu_list);
+            }
+            limits.online_cpus = rd.value(&self.cpu_online, "online_cpus", parse_cpu_list);
         }
-        r.online_cpus = rd.value(&self.cpu_online, "online_cpus", parse_cpu_list);
 
         if let Some(m) = &self.memory {
             r.memory_usage = rd.value(&m.usage, "memory_usage", parse_u64);
@@ -771,10 +801,12 @@ impl Cgroup {
                     );
                 }
             }
-            let own_limit = rd
-                .value(&m.limit, "memory_limit", |t| parse_memory_limit(t).ok())
-                .flatten();
-            r.memory_limit = match (own_limit, hierarchical_limit) {
+            if fresh_limits {
+                limits.memory_limit = rd
+                    .value(&m.limit, "memory_limit", |t| parse_memory_limit(t).ok())
+                    .flatten();
+            }
+            r.memory_limit = match (limits.memory_limit, hierarchical_limit) {
                 (Some(a), Some(b)) => Some(a.min(b)),
                 (a, b) => a.or(b),
             };
@@ -782,7 +814,14 @@ impl Cgroup {
             r.oom_kills = rd.value(&m.events, "oom_kills", |t| flat_key(t, "oom_kill"));
         }
 
-        r.memory_total = rd.value(&self.meminfo, "memory_total", parse_mem_total);
+        if fresh_limits {
+            limits.memory_total = rd.value(&self.meminfo, "memory_total", parse_mem_total);
+        }
+        r.cpu_quota_cores = limits.cpu_quota_cores;
+        r.cpuset_cpus = limits.cpuset_cpus;
+        r.online_cpus = limits.online_cpus;
+        r.memory_total = limits.memory_total;
+        self.limits = limits;
         r.new_failures = std::mem::take(&mut rd.new_failures);
         r
     }
