@@ -43,7 +43,7 @@ extern "C" fn capture_inherited_signal_state() {
     any(target_arch = "x86_64", target_arch = "aarch64")
 )))]
 compile_error!(
-    "src/kernel.rs lays out kernel structures for Linux on x86_64 and aarch64 only: check \
+    "src/kernel/ lays out kernel structures for Linux on x86_64 and aarch64 only: check \
      struct sigaction, the sigset size and rlimit64 in this architecture's asm/signal.h first"
 );
 
