@@ -14,6 +14,7 @@ Writes bench/cloudwatch-results.md and prints it.
 import argparse
 import json
 import os
+import random
 import socket
 import statistics
 import subprocess
@@ -98,7 +99,9 @@ def burst_latency(lifeguard, front_port, bursts):
             except BlockingIOError:
                 pass
             listener.setblocking(True)
-            time.sleep(4)
+            # Past the 3 s floor, at a random phase of the sampler's second: a fixed
+            # pause would lock every burst to the same point of it.
+            time.sleep(4 + random.random())
     finally:
         os.killpg(lg.pid, 9)
     return latencies
