@@ -98,8 +98,7 @@ impl Board {
         };
         Snapshot {
             phase,
-            term_pending: matches!(phase, Phase::Starting | Phase::Running)
-                && kernel::signal_pending(signals::TERM),
+            term_pending: term_pending(phase),
             check: self.check.borrow().clone(),
             forwarded: self.counters.forwarded(),
             zombies_reaped: self.counters.zombies_reaped.load(Ordering::Relaxed),
@@ -107,6 +106,17 @@ impl Board {
             cloudwatch: self.counters.cloudwatch(),
             sample,
         }
+    }
+
+    /// What `/readyz` answers, without taking a whole snapshot (it is asked far more
+    /// often than `/metrics`).
+    pub fn readiness(&self) -> Verdict {
+        let phase = *self.phase.borrow();
+        health::readiness(phase, &self.check.borrow(), term_pending(phase))
+    }
+
+    pub fn phase(&self) -> Phase {
+        *self.phase.borrow()
     }
 
     /// The supervisor's field.
@@ -140,6 +150,11 @@ impl Board {
     pub fn watch_sample(&self) -> watch::Receiver<Arc<Sample>> {
         self.sample.subscribe()
     }
+}
+
+/// A SIGTERM has arrived that the loop has not read yet (only before the drain matters).
+fn term_pending(phase: Phase) -> bool {
+    matches!(phase, Phase::Starting | Phase::Running) && kernel::signal_pending(signals::TERM)
 }
 
 impl Counters {

@@ -128,8 +128,8 @@ fn respond(request: &Request<Incoming>, board: &Board) -> Response<Full<Bytes>> 
         return response;
     }
     match request.uri().path() {
-        "/livez" => verdict(health::liveness(board.snapshot().phase)),
-        "/readyz" => verdict(board.snapshot().readiness()),
+        "/livez" => verdict(health::liveness(board.phase())),
+        "/readyz" => verdict(board.readiness()),
         "/metrics" => {
             let mut response = Response::new(Full::new(Bytes::from(prometheus::encode(
                 &board.snapshot(),

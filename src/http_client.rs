@@ -19,14 +19,23 @@ const MAX_BODY: usize = 64 * 1024;
 /// fail at once instead of queueing a lookup per interval behind it.
 static LOOKUP_RUNNING: AtomicBool = AtomicBool::new(false);
 
+/// `host` as an address (`[IPv6]` brackets allowed), or None when it is a name that
+/// needs a lookup (a blocking call, run on a runtime's one lookup thread).
+pub fn address(host: &str) -> Option<IpAddr> {
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .ok()
+}
+
 /// Connects to `host` (an IP address, `[IPv6]`, or a name looked up on the blocking
 /// thread) and `port`. Errors are one-line reasons.
 pub async fn connect(host: &str, port: u16) -> Result<TcpStream, String> {
     // Brackets come with IPv6 hosts in URIs; the address is what is inside.
     let bare = host.trim_start_matches('[').trim_end_matches(']');
-    let addrs: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
-        Ok(ip) => vec![SocketAddr::new(ip, port)],
-        Err(_) => {
+    let addrs: Vec<SocketAddr> = match address(bare) {
+        Some(ip) => vec![SocketAddr::new(ip, port)],
+        None => {
             if LOOKUP_RUNNING.swap(true, Ordering::AcqRel) {
                 return Err(format!("the previous lookup of {bare} has not finished"));
             }

@@ -182,9 +182,10 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
         app_check: board.watch_check(),
         board: board.clone(),
         terminal,
-        inflight_port: settings.metrics.inflight_port,
-        inflight: None,
-        inflight_failed: false,
+        inflight: settings
+            .metrics
+            .inflight_port
+            .map(metrics::InFlightSource::new),
     };
     let code = runtime.block_on(async move {
         if let Some((listener, cap)) = listener {

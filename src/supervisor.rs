@@ -13,7 +13,7 @@ use crate::health::AppCheck;
 use crate::kernel::{self, AppTerminal, Descendant, ProcView, Reaped, SignalInbox};
 use crate::lifecycle::{Action, AppStatus, Event, HoldEnd, Lifecycle, Phase};
 use crate::logging;
-use crate::metrics::inflight::InFlightReader;
+use crate::metrics::InFlightSource;
 use crate::signals::{self, Signal};
 
 pub struct Supervisor {
@@ -28,10 +28,8 @@ pub struct Supervisor {
     /// How the app got the terminal; with a foreground group, a Ctrl-Z that stops the
     /// app stops lifeguard too (kernel::stop_with_app).
     pub terminal: AppTerminal,
-    /// `--inflight-port`, for the drain until idle; the reader opens at the first use.
-    pub inflight_port: Option<u16>,
-    pub inflight: Option<InFlightReader>,
-    pub inflight_failed: bool,
+    /// `--inflight-port`, for the drain until idle.
+    pub inflight: Option<InFlightSource>,
 }
 
 impl Supervisor {
@@ -229,36 +227,9 @@ impl Supervisor {
     }
 
     /// The in-flight count for the hold (drain until idle); `None` when it cannot be
-    /// read, which the lifecycle takes as idle. Said once, not every 100 ms.
+    /// read, which the lifecycle takes as idle.
     fn in_flight(&mut self) -> Option<u64> {
-        let port = self.inflight_port?;
-        let reader = match &mut self.inflight {
-            Some(reader) => reader,
-            slot => match InFlightReader::new(port) {
-                Ok(reader) => slot.insert(reader),
-                Err(err) => {
-                    self.in_flight_failed(&err);
-                    return None;
-                }
-            },
-        };
-        match reader.sample() {
-            Ok(found) => Some(found.requests),
-            Err(err) => {
-                self.inflight = None;
-                self.in_flight_failed(&err);
-                None
-            }
-        }
-    }
-
-    fn in_flight_failed(&mut self, err: &std::io::Error) {
-        if !std::mem::replace(&mut self.inflight_failed, true) {
-            logging::warn(
-                format!("cannot count in-flight requests, taken as none: {err}"),
-                &[],
-            );
-        }
+        self.inflight.as_mut()?.sample().map(|found| found.requests)
     }
 
     fn announce(&mut self, before: Phase, after: Phase) {

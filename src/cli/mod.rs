@@ -56,10 +56,7 @@ impl AppCheckKind {
             AppCheckKind::Http(uri) => uri.host().unwrap_or_default(),
             AppCheckKind::Tcp(host, _) => host,
         };
-        host.trim_start_matches('[')
-            .trim_end_matches(']')
-            .parse::<std::net::IpAddr>()
-            .is_err()
+        crate::http_client::address(host).is_none()
     }
 }
 

@@ -133,13 +133,7 @@ pub fn start(config: Config, board: Arc<Board>) {
     let name_lookups = config.ecs_metadata.as_deref().is_some_and(|uri| {
         uri.parse::<hyper::Uri>()
             .ok()
-            .and_then(|u| {
-                u.host().map(|h| {
-                    h.trim_matches(['[', ']'])
-                        .parse::<std::net::IpAddr>()
-                        .is_err()
-                })
-            })
+            .and_then(|u| u.host().map(|h| crate::http_client::address(h).is_none()))
             .unwrap_or(false)
     });
     let started = crate::runtime::spawn_thread("metrics", name_lookups, move || async move {
@@ -207,15 +201,16 @@ async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, boa
     }
 }
 
-/// The in-flight reader, opened again if it fails; one warning per outage.
-struct InFlightSource {
+/// The in-flight reader, opened at first use and again after a failure; one warning
+/// per outage. The sampler has one, and so has the supervisor for the drain's hold.
+pub struct InFlightSource {
     port: u16,
     reader: Option<inflight::InFlightReader>,
     failing: bool,
 }
 
 impl InFlightSource {
-    fn new(port: u16) -> Self {
+    pub fn new(port: u16) -> Self {
         InFlightSource {
             port,
             reader: None,
@@ -223,7 +218,8 @@ impl InFlightSource {
         }
     }
 
-    fn sample(&mut self) -> Option<inflight::InFlight> {
+    /// The count now; None when it cannot be read (already said).
+    pub fn sample(&mut self) -> Option<inflight::InFlight> {
         let result = match &mut self.reader {
             Some(reader) => reader.sample(),
             None => inflight::InFlightReader::new(self.port).and_then(|mut reader| {

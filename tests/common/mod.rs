@@ -291,7 +291,7 @@ pub fn start_under(mode: Mode, wrapper: &[&str], args: &[&str]) -> Run {
 /// it reads the kernel's sockets over sock_diag netlink, and qemu 7.2 opens only
 /// NETLINK_ROUTE, NETLINK_AUDIT and NETLINK_KOBJECT_UEVENT sockets for a guest.
 pub const NO_SOCK_DIAG_UNDER_EMULATION: &str = "qemu-user refuses NETLINK_SOCK_DIAG sockets \
-     (lifeguard: \"cannot count in-flight requests, taken as none: Protocol not supported \
+     (lifeguard: \"cannot count in-flight requests: Protocol not supported \
      (os error 93)\"), so no request is ever in flight";
 
 /// For a test of orphans (processes that left the app's tree): true, after saying why,
