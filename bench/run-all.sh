@@ -8,9 +8,7 @@ cd "$(dirname "$0")/.."
 quick=""
 seconds=300
 if [ "${1:-}" = "--quick" ]; then quick="--quick"; seconds=20; fi
-for pkg in tini dumb-init catatonit wrk; do
-  command -v "$pkg" >/dev/null 2>&1 || { apt-get update -qq; DEBIAN_FRONTEND=noninteractive apt-get install -y -qq tini dumb-init catatonit wrk >/dev/null; break; }
-done
+scripts/packages.sh build static-x86_64 bench
 export CARGO_TARGET_DIR=/tmp/bench-target
 cargo build --release --target x86_64-unknown-linux-musl --bin lifeguard --bin lifeguard-testapp
 lg=$CARGO_TARGET_DIR/x86_64-unknown-linux-musl/release/lifeguard

@@ -16,17 +16,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v qemu-aarch64-static >/dev/null 2>&1; then
-  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-    echo "scripts/test-aarch64.sh: installing qemu-user-static"
-    apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends qemu-user-static >/dev/null
-  else
-    echo "scripts/test-aarch64.sh: qemu-aarch64-static is missing; install qemu-user-static" >&2
-    exit 1
-  fi
-fi
-
+scripts/packages.sh test-aarch64
 scripts/build-static.sh aarch64
 bin="$(realpath "${CARGO_TARGET_DIR:-target}")/aarch64-unknown-linux-musl/release/lifeguard"
 

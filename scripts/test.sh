@@ -12,27 +12,9 @@ need_root() {
 }
 need_root
 
-# Debian packages the tests call: unshare, script, setpriv and prlimit (util-linux),
-# env with --block-signal and timeout (coreutils >= 8.31), sh, grep, a C compiler for
-# crates that build C.
-# The metrics tests scrape with a real Prometheus server and check with promtool
-# (package prometheus); the drain tests put HAProxy in front of the app (package haproxy)
-# and compare with tini (package tini).
-missing=()
-for tool in unshare script setpriv prlimit timeout env sh grep cc prometheus promtool haproxy tini busybox; do
-  command -v "$tool" >/dev/null 2>&1 || [ -x "/usr/sbin/$tool" ] || missing+=("$tool")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  echo "scripts/test.sh: installing packages for: ${missing[*]}"
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-    util-linux bsdutils coreutils dash grep gcc prometheus haproxy tini busybox-static >/dev/null
-  # Debian's packages start their services where an init system runs; the tests start
-  # their own, on ports of their own.
-  for service in prometheus haproxy; do
-    (command -v service >/dev/null 2>&1 && service "$service" stop >/dev/null 2>&1) || true
-  done
-fi
+# Debian packages: the tests' and the builds' (scripts/packages.list says what needs
+# each), checked by package name and installed when missing.
+scripts/packages.sh build static-x86_64 static-aarch64 test test-aarch64
 # Python packages of the tests (pinned): the examples' parsers and linters, the
 # CloudWatch emulator. In a virtualenv of their own, first on PATH for the tests, so
 # the machine's own Python packages are neither used nor changed.

@@ -1,0 +1,99 @@
+//! The one list of Debian packages (scripts/packages.list) against what README.md tells
+//! a user to install: a package the scripts install but the README leaves out is a
+//! build that works in CI and fails by hand (issue #14).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// (group, package) rows of scripts/packages.list.
+fn listed() -> Vec<(String, String)> {
+    let text = std::fs::read_to_string(root().join("scripts/packages.list")).unwrap();
+    text.lines()
+        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
+        .map(|l| {
+            let mut words = l.split_whitespace();
+            let group = words.next().unwrap().to_string();
+            let package = words.next().expect("a package after the group").to_string();
+            assert!(
+                words.next().is_some(),
+                "scripts/packages.list: {package} must say what needs it"
+            );
+            (group, package)
+        })
+        .collect()
+}
+
+fn packages_of(groups: &[&str]) -> BTreeSet<String> {
+    listed()
+        .into_iter()
+        .filter(|(g, _)| groups.contains(&g.as_str()))
+        .map(|(_, p)| p)
+        .collect()
+}
+
+/// The README's section that starts at `heading`, up to the next `## `.
+fn readme_section(heading: &str) -> String {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let start = readme
+        .find(heading)
+        .unwrap_or_else(|| panic!("README.md has no '{heading}'"));
+    let rest = &readme[start + heading.len()..];
+    rest[..rest.find("\n## ").unwrap_or(rest.len())].to_string()
+}
+
+#[test]
+fn the_readme_build_section_names_every_build_package() {
+    let build = packages_of(&["build", "static-x86_64", "static-aarch64"]);
+    assert!(build.contains("libc6-dev-arm64-cross"), "{build:?}");
+    let section = readme_section("## Build the static binary");
+    // The install line names them all, so a user building by hand gets CI's result.
+    let install: BTreeSet<String> = section
+        .split("apt-get install")
+        .nth(1)
+        .expect("an apt-get install line in the build section")
+        .split("\n\n")
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .filter(|w| !w.starts_with('-') && *w != "\\")
+        .map(|w| w.trim_matches('`').to_string())
+        .take_while(|w| !w.is_empty() && !w.contains("rustup"))
+        .collect();
+    let missing: Vec<_> = build.difference(&install).collect();
+    assert!(missing.is_empty(), "README's apt-get install line lacks {missing:?}");
+    let extra: Vec<_> = install.difference(&build).collect();
+    assert!(extra.is_empty(), "README installs {extra:?}, which the list does not have");
+}
+
+#[test]
+fn the_readme_test_paragraph_names_every_test_package() {
+    let section = readme_section("## The two commands");
+    for package in packages_of(&["test", "test-aarch64"]) {
+        assert!(
+            section.contains(&package),
+            "README's test paragraph does not name {package}"
+        );
+    }
+}
+
+#[test]
+fn every_group_the_scripts_ask_for_exists() {
+    let groups: BTreeSet<String> = listed().into_iter().map(|(g, _)| g).collect();
+    for script in ["scripts/test.sh", "scripts/build-static.sh", "scripts/test-aarch64.sh", "bench/run-all.sh"] {
+        let text = std::fs::read_to_string(root().join(script)).unwrap();
+        let calls: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("scripts/packages.sh "))
+            .collect();
+        assert!(!calls.is_empty(), "{script} installs nothing through scripts/packages.sh");
+        for call in calls {
+            for group in call.split_whitespace() {
+                assert!(groups.contains(group), "{script} asks for the unknown group {group}");
+            }
+        }
+    }
+}
