@@ -1,6 +1,6 @@
-//! The app check (`--ready-http`, `--ready-tcp`): runs every `--ready-interval`, times
-//! out after the same, and publishes its verdict for `/readyz` and the Starting →
-//! Running step of the lifecycle.
+//! The app check (`--ready-http`, `--ready-tcp`): a helper on a thread of its own that
+//! runs every `--ready-interval`, times out after the same, and publishes its verdict
+//! on the Board for `/readyz` and the Starting → Running step of the lifecycle.
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
@@ -8,32 +8,47 @@ use std::time::Duration;
 
 use crate::board::Board;
 use crate::cli::AppCheckKind;
+use crate::faults;
 use crate::health::AppCheck;
+use crate::helpers::{self, Helper};
 use crate::http_client;
 use crate::lifecycle::Phase;
 use crate::logging;
 
-/// Runs until the drain begins (or the runtime stops); with no check configured the app
-/// counts as ready as soon as it is spawned (DESIGN §3). From the drain on `/readyz`
-/// says `draining` whatever the check finds, and an app closing its port on the stop
-/// signal is no news: checking on would only log warnings.
+/// Starts the check on its thread, to run until the drain begins; with no check
+/// configured the app counts as ready as soon as it is spawned. From the drain on
+/// `/readyz` says `draining` whatever the check finds, and an app closing its port on
+/// the stop signal is no news: checking on would only log warnings. If the thread
+/// cannot start, the app counts as ready (as with no check) and the reason is logged.
 pub fn start(check: Option<AppCheckKind>, interval: Duration, board: Arc<Board>) {
     let Some(check) = check else {
         board.set_check(AppCheck::Passing);
         return;
     };
-    tokio::spawn(run(check, interval, board));
+    let lookups = check.needs_name_lookup();
+    let shared = board.clone();
+    let started = helpers::start(Helper::AppCheck, lookups, move || {
+        run(check.clone(), interval, shared.clone())
+    });
+    if let Err(reason) = started {
+        logging::warn(
+            format!("app check off ({reason}): the app counts as ready"),
+            &[],
+        );
+        board.set_check(AppCheck::Passing);
+    }
 }
 
 async fn run(check: AppCheckKind, interval: Duration, board: Arc<Board>) {
-    let phase = board.watch_phase();
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let checking = || matches!(board.phase(), Phase::Starting | Phase::Running);
     loop {
         ticker.tick().await;
-        if !matches!(*phase.borrow(), Phase::Starting | Phase::Running) {
+        if !checking() {
             return;
         }
+        faults::point("app-check");
         let verdict = match tokio::time::timeout(interval, once(&check)).await {
             Ok(Ok(())) => AppCheck::Passing,
             Ok(Err(reason)) => AppCheck::Failing(reason),
@@ -42,7 +57,7 @@ async fn run(check: AppCheckKind, interval: Duration, board: Arc<Board>) {
                 humantime::format_duration(interval)
             )),
         };
-        if !matches!(*phase.borrow(), Phase::Starting | Phase::Running) {
+        if !checking() {
             return;
         }
         let before = board.check();

@@ -1,29 +1,84 @@
-//! The one read side of supervision: each writer (the supervisor, the app check, the
-//! sampler) owns a field of the `Board`, and readers (the endpoint, the CloudWatch
-//! publisher) take a `Snapshot` of all of it at once (issue #6). It also owns the
-//! shapes it holds: the sampler's `Sample` and the publisher's `Outcome`.
+//! Where supervision and the helpers meet, without ever waiting for each other: each
+//! writer owns its fields (the supervisor the phase and counters, the app check its
+//! verdict, the sampler its sample and traffic figures), readers take a `Snapshot`.
+//! What the supervision thread touches here is atomics, a `try_lock` that never
+//! waits, and two bells (a datagram socket pair each): helpers ring the supervisor's
+//! when it must look (the app check passed), the supervisor rings the sampler's when
+//! the phase changes (a drain wants figures every 100 ms). It also owns the shapes it
+//! holds: the sampler's `Sample` and the publisher's `Outcome`.
 #![forbid(unsafe_code)]
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::io;
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::UnixDatagram;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 
 use tokio::sync::watch;
 
-use std::time::Instant;
-
 use crate::health::{self, AppCheck, Verdict};
+use crate::helpers::{self, Helper};
 use crate::kernel;
-use crate::lifecycle::Phase;
+use crate::lifecycle::{Look, Phase};
 use crate::signals::{self, Signal};
 
 /// Samples come every second; one older than this is left out of every snapshot.
 const SAMPLE_STALE: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub struct Board {
-    phase: watch::Sender<Phase>,
-    check: watch::Sender<AppCheck>,
+    phase: AtomicU8,
+    /// The app check's verdict with its reason, for `/readyz` (helpers only).
+    check: Mutex<AppCheck>,
+    /// The app check has passed once: what supervision needs of it.
+    check_passed: AtomicBool,
     sample: watch::Sender<Arc<Sample>>,
+    /// The sampler's latest traffic figures, for the drain's hold.
+    traffic: Mutex<Option<Look>>,
+    /// Seconds from the last drain's SIGTERM to its end (f64 bits; NaN: none yet).
+    drain_seconds: AtomicU64,
     pub counters: Counters,
+    /// Rung by helpers when supervision must look at the board.
+    pub supervisor_bell: Bell,
+    /// Rung by supervision when the phase changes.
+    pub sampler_bell: Bell,
+}
+
+/// A wake-up call between threads that never blocks the caller: a datagram socket
+/// pair whose one pending datagram is the ring (more are dropped while one waits).
+pub struct Bell {
+    tx: UnixDatagram,
+    rx: UnixDatagram,
+}
+
+impl Bell {
+    fn new() -> io::Result<Bell> {
+        let (tx, rx) = UnixDatagram::pair()?;
+        tx.set_nonblocking(true)?;
+        rx.set_nonblocking(true)?;
+        Ok(Bell { tx, rx })
+    }
+
+    /// Never waits: a full queue means a ring is already pending.
+    pub fn ring(&self) {
+        let _ = self.tx.send(&[1]);
+    }
+
+    /// Takes every pending ring.
+    pub fn clear(&self) {
+        let mut buf = [0u8; 8];
+        while self.rx.recv(&mut buf).is_ok() {}
+    }
+
+    /// The side to wait on (poll).
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.rx.as_fd()
+    }
+
+    /// A copy of the side to wait on, for a tokio runtime (one per helper run).
+    pub fn listener(&self) -> io::Result<tokio::net::UnixDatagram> {
+        tokio::net::UnixDatagram::from_std(self.rx.try_clone()?)
+    }
 }
 
 /// Counters, lock-free so that counting never holds up supervision.
@@ -43,7 +98,7 @@ pub struct Counters {
 pub struct Snapshot {
     pub phase: Phase,
     /// A SIGTERM has arrived but the loop has not read it yet: it already counts
-    /// (DESIGN §3, "/readyz answers draining at once").
+    /// ("/readyz answers draining at once").
     pub term_pending: bool,
     pub check: AppCheck,
     /// (signal, count) for every signal forwarded at least once.
@@ -52,6 +107,10 @@ pub struct Snapshot {
     pub metadata_failures: u64,
     /// (outcome, calls) for every outcome, when CloudWatch publishing is on.
     pub cloudwatch: Option<Vec<(Outcome, u64)>>,
+    /// (helper, panics) for every helper that runs.
+    pub helper_failures: Vec<(Helper, u64)>,
+    /// The last drain's length, from its SIGTERM to the stop signal (or the app's exit).
+    pub drain_seconds: Option<f64>,
     pub sample: Arc<Sample>,
 }
 
@@ -72,11 +131,14 @@ impl Snapshot {
 }
 
 impl Board {
-    pub fn new() -> Arc<Board> {
-        Arc::new(Board {
-            phase: watch::Sender::new(Phase::Starting),
-            check: watch::Sender::new(AppCheck::Pending),
+    pub fn new() -> io::Result<Arc<Board>> {
+        Ok(Arc::new(Board {
+            phase: AtomicU8::new(Phase::Starting as u8),
+            check: Mutex::new(AppCheck::Pending),
+            check_passed: AtomicBool::new(false),
             sample: watch::Sender::new(Arc::new(Sample::default())),
+            traffic: Mutex::new(None),
+            drain_seconds: AtomicU64::new(f64::NAN.to_bits()),
             counters: Counters {
                 forwarded: std::array::from_fn(|_| AtomicU64::new(0)),
                 zombies_reaped: AtomicU64::new(0),
@@ -84,11 +146,13 @@ impl Board {
                 cloudwatch: std::array::from_fn(|_| AtomicU64::new(0)),
                 cloudwatch_on: AtomicBool::new(false),
             },
-        })
+            supervisor_bell: Bell::new()?,
+            sampler_bell: Bell::new()?,
+        }))
     }
 
     pub fn snapshot(&self) -> Snapshot {
-        let phase = *self.phase.borrow();
+        let phase = self.phase();
         // A sample that stopped coming (its thread gone) is no reading at all: gauges
         // frozen at their last value would steer autoscalers for good.
         let sample = self.sample.borrow().clone();
@@ -96,14 +160,17 @@ impl Board {
             Some(at) if at.elapsed() > SAMPLE_STALE => Arc::new(Sample::default()),
             _ => sample,
         };
+        let drain = f64::from_bits(self.drain_seconds.load(Ordering::Relaxed));
         Snapshot {
             phase,
             term_pending: term_pending(phase),
-            check: self.check.borrow().clone(),
+            check: self.check(),
             forwarded: self.counters.forwarded(),
             zombies_reaped: self.counters.zombies_reaped.load(Ordering::Relaxed),
             metadata_failures: self.counters.metadata_failures.load(Ordering::Relaxed),
             cloudwatch: self.counters.cloudwatch(),
+            helper_failures: helpers::failures(),
+            drain_seconds: (!drain.is_nan()).then_some(drain),
             sample,
         }
     }
@@ -111,34 +178,50 @@ impl Board {
     /// What `/readyz` answers, without taking a whole snapshot (it is asked far more
     /// often than `/metrics`).
     pub fn readiness(&self) -> Verdict {
-        let phase = *self.phase.borrow();
-        health::readiness(phase, &self.check.borrow(), term_pending(phase))
+        let phase = self.phase();
+        health::readiness(phase, &self.check(), term_pending(phase))
     }
 
     pub fn phase(&self) -> Phase {
-        *self.phase.borrow()
+        let n = self.phase.load(Ordering::Acquire);
+        Phase::ALL
+            .into_iter()
+            .find(|p| *p as u8 == n)
+            .unwrap_or(Phase::Exited)
     }
 
-    /// The supervisor's field.
+    /// The supervisor's field. The sampler hears of the change at once (a drain wants
+    /// its figures every 100 ms from now).
     pub fn set_phase(&self, phase: Phase) {
-        self.phase.send_replace(phase);
+        self.phase.store(phase as u8, Ordering::Release);
+        self.sampler_bell.ring();
     }
 
-    pub fn watch_phase(&self) -> watch::Receiver<Phase> {
-        self.phase.subscribe()
+    /// The supervisor's field: the drain that just ended took `seconds`.
+    pub fn set_drain_seconds(&self, seconds: f64) {
+        self.drain_seconds
+            .store(seconds.to_bits(), Ordering::Relaxed);
     }
 
-    /// The app check's field.
+    /// The app check's field. Its first pass wakes supervision (Starting → Running).
     pub fn set_check(&self, verdict: AppCheck) {
-        self.check.send_replace(verdict);
+        let passing = verdict == AppCheck::Passing;
+        *self.check.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = verdict;
+        if passing && !self.check_passed.swap(true, Ordering::AcqRel) {
+            self.supervisor_bell.ring();
+        }
     }
 
     pub fn check(&self) -> AppCheck {
-        self.check.borrow().clone()
+        self.check
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
-    pub fn watch_check(&self) -> watch::Receiver<AppCheck> {
-        self.check.subscribe()
+    /// Whether the app check has passed once (supervision's read: an atomic).
+    pub fn check_passed(&self) -> bool {
+        self.check_passed.load(Ordering::Acquire)
     }
 
     /// The sampler's field.
@@ -149,6 +232,24 @@ impl Board {
     /// Every new sample, for the CloudWatch publisher.
     pub fn watch_sample(&self) -> watch::Receiver<Arc<Sample>> {
         self.sample.subscribe()
+    }
+
+    /// The sampler's field: the traffic figures of its latest look at the port.
+    pub fn set_traffic(&self, look: Look) {
+        *self
+            .traffic
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(look);
+    }
+
+    /// The latest traffic figures, for the hold; `Err` when the sampler is writing
+    /// them this instant (supervision never waits: it asks again at its next look).
+    pub fn traffic(&self) -> Result<Option<Look>, ()> {
+        match self.traffic.try_lock() {
+            Ok(look) => Ok(*look),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => Ok(*poisoned.into_inner()),
+            Err(std::sync::TryLockError::WouldBlock) => Err(()),
+        }
     }
 }
 
@@ -267,7 +368,7 @@ mod tests {
 
     #[test]
     fn a_snapshot_carries_every_writers_field() {
-        let board = Board::new();
+        let board = Board::new().unwrap();
         board.set_phase(Phase::Running);
         board.set_check(AppCheck::Passing);
         board.counters.signal_forwarded(signals::TERM);
@@ -282,11 +383,41 @@ mod tests {
         board.set_phase(Phase::Stopping);
         let snap = board.snapshot();
         assert!(!snap.ready() && snap.draining());
+        assert_eq!(snap.drain_seconds, None);
+        board.set_drain_seconds(2.5);
+        assert_eq!(board.snapshot().drain_seconds, Some(2.5));
+    }
+
+    #[test]
+    fn bells_ring_once_per_wait_and_the_check_rings_on_its_first_pass() {
+        use nix::poll::{poll, PollFd, PollFlags};
+        let board = Board::new().unwrap();
+        let rung = |bell: &Bell| {
+            let mut fds = [PollFd::new(bell.fd(), PollFlags::POLLIN)];
+            poll(&mut fds, 0u8).unwrap() == 1
+        };
+        assert!(!rung(&board.supervisor_bell));
+        board.set_check(AppCheck::Failing("no".into()));
+        assert!(!rung(&board.supervisor_bell), "a failure is no news to supervision");
+        board.set_check(AppCheck::Passing);
+        assert!(rung(&board.supervisor_bell) && board.check_passed());
+        board.supervisor_bell.clear();
+        assert!(!rung(&board.supervisor_bell));
+        board.set_check(AppCheck::Passing);
+        assert!(!rung(&board.supervisor_bell), "only the first pass rings");
+        // Many rings, one wake-up, never a blocked caller.
+        for _ in 0..100_000 {
+            board.set_phase(Phase::Draining);
+        }
+        assert!(rung(&board.sampler_bell));
+        board.sampler_bell.clear();
+        assert!(!rung(&board.sampler_bell));
+        assert_eq!(board.phase(), Phase::Draining);
     }
 
     #[test]
     fn a_sample_that_stopped_coming_is_left_out() {
-        let board = Board::new();
+        let board = Board::new().unwrap();
         let sample = |age: u64| Sample {
             taken: Instant::now().checked_sub(std::time::Duration::from_secs(age)),
             requests_in_flight: Some(7),

@@ -1,5 +1,6 @@
-//! The health and metrics endpoint (DESIGN §4), served by hyper on the supervision
-//! runtime. Endpoints:
+//! The health and metrics endpoint, served by hyper on a helper thread of its own
+//! (helpers.rs: a panic here costs a connection, or restarts the endpoint, never
+//! supervision). Endpoints:
 //!
 //! - `GET /livez`   200 `alive` while the app runs; 503 `exited` after
 //! - `GET /readyz`  200 `ready`; 503 `starting`, `draining`, or `not ready: <reason>`
@@ -34,7 +35,9 @@ use tokio::sync::Notify;
 use tokio::time::Sleep;
 
 use crate::board::Board;
+use crate::faults;
 use crate::health;
+use crate::helpers::{self, Helper};
 use crate::logging;
 use crate::metrics::prometheus;
 
@@ -51,13 +54,23 @@ const WRITE_STALL_LIMIT: Duration = Duration::from_secs(5);
 pub const RECEIVE_BUFFER: usize = MAX_HEAD;
 pub const SEND_BUFFER: usize = 64 * 1024;
 
-/// Serves the endpoint on the current runtime from the bound `listener`.
+/// Serves the endpoint from the bound `listener` on a thread of its own, started now
+/// (before the app). If the thread cannot start, lifeguard runs without the endpoint.
 pub fn start(listener: std::net::TcpListener, board: Arc<Board>, cap: usize) {
-    match TcpListener::from_std(listener) {
-        Ok(listener) => {
-            tokio::spawn(serve(listener, board, cap));
+    let started = helpers::start(Helper::Endpoint, false, move || {
+        // Each run (a restart after a panic included) serves a copy of the one listener,
+        // registered with this run's reactor (so, inside the future).
+        let listener = listener.try_clone();
+        let board = board.clone();
+        async move {
+            match listener.and_then(TcpListener::from_std) {
+                Ok(listener) => serve(listener, board, cap).await,
+                Err(err) => logging::error(format!("endpoint unavailable: {err}"), &[]),
+            }
         }
-        Err(err) => logging::error(format!("endpoint unavailable: {err}"), &[]),
+    });
+    if let Err(reason) = started {
+        logging::warn(format!("endpoint off: {reason}"), &[]);
     }
 }
 
@@ -72,20 +85,31 @@ async fn serve(listener: TcpListener, board: Arc<Board>, cap: usize) {
                 // cap would, then retry after a moment instead of spinning.
                 logging::debug(format!("accept failed: {err}"), &[]);
                 if matches!(err.raw_os_error(), Some(libc::EMFILE | libc::ENFILE)) {
-                    registry.lock().expect("registry lock").evict_oldest();
+                    lock(&registry).evict_oldest();
                 }
                 tokio::time::sleep(Duration::from_millis(10)).await;
                 continue;
             }
         };
+        faults::point("endpoint-accept");
         let _ = stream.set_nodelay(true);
-        let (id, close) = registry.lock().expect("registry lock").admit();
+        let (id, close) = lock(&registry).admit();
         let registry = registry.clone();
         let board = board.clone();
         tokio::spawn(async move {
+            // Leaves the registry however the connection ends, a panic included.
+            let _leave = Leave(registry.clone(), id);
             connection(stream, id, close, &registry, board).await;
-            registry.lock().expect("registry lock").conns.remove(&id);
         });
+    }
+}
+
+/// Takes a connection out of the registry when its task ends.
+struct Leave(Arc<Mutex<Registry>>, u64);
+
+impl Drop for Leave {
+    fn drop(&mut self) {
+        lock(&self.0).conns.remove(&self.1);
     }
 }
 
@@ -98,7 +122,7 @@ async fn connection(
 ) {
     let touched = registry.clone();
     let service = hyper::service::service_fn(move |request: Request<Incoming>| {
-        if let Some(conn) = touched.lock().expect("registry lock").conns.get_mut(&id) {
+        if let Some(conn) = lock(&touched).conns.get_mut(&id) {
             conn.last_active = Instant::now();
         }
         let response = respond(&request, &board);
@@ -120,6 +144,7 @@ async fn connection(
 }
 
 fn respond(request: &Request<Incoming>, board: &Board) -> Response<Full<Bytes>> {
+    faults::point("endpoint-request");
     if request.method() != Method::GET && request.method() != Method::HEAD {
         let mut response = text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed".into());
         response
@@ -241,6 +266,14 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for StallLimit<S> {
         let poll = Pin::new(&mut self.inner).poll_shutdown(cx);
         self.limit(cx, poll)
     }
+}
+
+/// The registry, whatever a panicking connection task left it in (a poisoned lock
+/// holds a consistent map: every change to it is one call).
+fn lock(registry: &Mutex<Registry>) -> std::sync::MutexGuard<'_, Registry> {
+    registry
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Open connections, to cap their number.

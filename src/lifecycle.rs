@@ -1,5 +1,6 @@
-//! The lifecycle as a pure state machine (DESIGN §3): `on(event, now) -> actions` and
-//! `deadline()`; no I/O, so every rule is a row in the table test below.
+//! The lifecycle as a pure state machine: `on(event, now) -> actions` and `deadline()`;
+//! no I/O, so every rule is a row in the table test below. The phases, the drain and
+//! its hold, and the grace deadline are described in README.md ("Lifecycle").
 #![forbid(unsafe_code)]
 
 use std::time::{Duration, Instant};
@@ -11,9 +12,13 @@ use crate::signals::{Rewrites, Signal, KILL, TERM};
 /// hang after the app is gone.
 pub const KILL_WAIT: Duration = Duration::from_secs(2);
 
-/// How often the in-flight count is sampled while the stop signal is held (DESIGN §3,
-/// "Drain until idle").
-pub const HOLD_SAMPLE_EVERY: Duration = Duration::from_millis(100);
+/// How often the hold looks at the sampler's latest traffic figures (the sampler takes
+/// one every 100 ms while the drain runs).
+pub const LOOK_EVERY: Duration = Duration::from_millis(100);
+
+/// A hold that has seen no figure newer than this (the sampler is stuck or gone) stops
+/// holding: a broken gauge never holds a stop.
+pub const LOOK_STALE: Duration = Duration::from_secs(1);
 
 /// `now + d`, saturating instead of panicking: a deadline beyond the clock's range is
 /// as good as never (the CLI caps durations, this keeps PID 1 from ever panicking).
@@ -31,10 +36,13 @@ pub struct Config {
     pub remap_exit: Vec<u8>,
     /// Signals go to the app's whole process group (the default) rather than the child.
     pub group: bool,
-    /// Drain until idle (`--drain-max` with `--inflight-port`): past the drain delay the
-    /// stop signal is held while requests are in flight, at most this long after the
-    /// SIGTERM. `None`: the stop signal goes at the drain delay.
+    /// Drain until quiet (`--inflight-port`): past the drain delay the stop signal is
+    /// held until the port is quiet, at most this long after the SIGTERM
+    /// (`--drain-max`). `None`: the stop signal goes at the drain delay.
     pub drain_max: Option<Duration>,
+    /// `--drain-quiet`: how long the port must have had no new request, with nothing in
+    /// flight, to count as quiet. Zero: one sample with nothing in flight is enough.
+    pub drain_quiet: Duration,
 }
 
 /// What observers (the HTTP endpoint, logs) see of the lifecycle.
@@ -45,6 +53,16 @@ pub enum Phase {
     Draining,
     Stopping,
     Exited,
+}
+
+impl Phase {
+    pub const ALL: [Phase; 5] = [
+        Phase::Starting,
+        Phase::Running,
+        Phase::Draining,
+        Phase::Stopping,
+        Phase::Exited,
+    ];
 }
 
 /// How the app (the direct child) ended, as `waitpid` reported it.
@@ -73,6 +91,20 @@ impl AppStatus {
     }
 }
 
+/// The sampler's latest traffic figures for the `--inflight-port`, as the hold reads
+/// them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Look {
+    /// When the sample was taken.
+    pub taken: Instant,
+    /// Requests in flight (accept queue plus outstanding requests); `None` when the
+    /// sample failed, which counts as quiet: a broken gauge never holds a stop.
+    pub in_flight: Option<u64>,
+    /// The latest sample that saw traffic: a request in flight, a new connection, or
+    /// bytes received on one. `None`: none seen since lifeguard started.
+    pub last_busy: Option<Instant>,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Event {
     /// A signal lifeguard itself received (SIGCHLD is turned into reaping, not this).
@@ -84,32 +116,33 @@ pub enum Event {
     NoChildrenLeft,
     /// Nothing happened but time passed (the deadline's timer fired).
     Tick,
-    /// The in-flight count asked for by `Action::SampleInFlight`; `None` when the sample
-    /// failed, which counts as idle: a broken gauge never holds a stop (DESIGN §3).
-    InFlight(Option<u64>),
+    /// The answer to `Action::LookAtTraffic`: the sampler's latest figures, `None` when
+    /// it has published none.
+    Traffic(Option<Look>),
 }
 
-/// Why a hold of the stop signal ended.
+/// Why the drain ended and the stop signal went (or the app went first).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum HoldEnd {
-    /// A sample read zero (or failed).
-    Idle,
-    /// `--drain-max` after the SIGTERM came with requests still in flight.
+pub enum DrainEnd {
+    /// The drain delay ran out (no `--inflight-port`, so no hold).
+    Delay,
+    /// The port was quiet: nothing in flight, and no new request for `quiet_for`.
+    Quiet { quiet_for: Duration },
+    /// `--drain-max` after the SIGTERM came first.
     DrainMax,
     /// A second SIGTERM.
     SecondTerm,
-    /// The app exited while the stop signal was held.
+    /// The app exited during the drain.
     AppExited,
+    /// The figures could not be read (a failed sample, or none new for `LOOK_STALE`).
+    GaugeFailed,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Action {
     /// Send to the app (its group, or the child alone). `relay` marks the stop signal
     /// relayed at the end of the drain, for the log.
-    Forward {
-        signal: Signal,
-        relay: bool,
-    },
+    Forward { signal: Signal, relay: bool },
     /// The app has exited: signal what is left of its group and every other descendant;
     /// `spare_app_group` when the group already got the stop signal.
     SignalRemaining {
@@ -118,17 +151,15 @@ pub enum Action {
     },
     /// The grace deadline: SIGKILL every process lifeguard answers for.
     KillAll,
-    /// Count the requests in flight now and answer with `Event::InFlight`.
-    SampleInFlight,
-    /// The drain delay ended with `in_flight` requests: the stop signal is held.
-    HoldBegan {
-        in_flight: u64,
-    },
-    /// The hold ended after `held`, with `left` requests in flight at the last sample.
-    HoldEnded {
-        held: Duration,
-        left: u64,
-        why: HoldEnd,
+    /// Read the sampler's latest traffic figures and answer with `Event::Traffic`.
+    LookAtTraffic,
+    /// The drain delay is over and the port is not quiet: the stop signal is held.
+    HoldBegan { in_flight: u64 },
+    /// The drain is over, `after` its SIGTERM, for `why`; `in_flight` as last seen.
+    DrainOver {
+        after: Duration,
+        why: DrainEnd,
+        in_flight: Option<u64>,
     },
     Exit(u8),
 }
@@ -138,26 +169,26 @@ enum State {
     Starting,
     Running,
     Draining {
+        term_at: Instant,
         relay_at: Instant,
         kill_at: Instant,
     },
-    /// Drain until idle: the drain delay is over, the stop signal waits for a sample
-    /// that reads zero, or for `cap_at` (`--drain-max` after the SIGTERM). `began` is
-    /// when the first busy sample came and what it read (None: the first sample is
-    /// still to be answered); `left` the latest count.
+    /// Drain until quiet: the drain delay is over (at `since`) and the stop signal
+    /// waits for the port to be quiet, or for `cap_at` (`--drain-max` after the
+    /// SIGTERM). `left` is the latest in-flight count seen; `told` whether the hold was
+    /// announced.
     Holding {
-        sample_at: Instant,
+        term_at: Instant,
+        since: Instant,
+        look_at: Instant,
         cap_at: Instant,
         kill_at: Instant,
-        began: Option<Instant>,
-        left: u64,
+        left: Option<u64>,
+        told: bool,
     },
     /// Stop signal relayed; waiting for the app. After `killed`, `kill_at` is when
     /// lifeguard gives up waiting for it.
-    Stopping {
-        kill_at: Instant,
-        killed: bool,
-    },
+    Stopping { kill_at: Instant, killed: bool },
     /// The app has exited with `code`; waiting for the rest of what it started.
     Reaping {
         code: u8,
@@ -201,8 +232,8 @@ impl Lifecycle {
         match self.state {
             State::Draining { relay_at, .. } => Some(relay_at),
             State::Holding {
-                sample_at, cap_at, ..
-            } => Some(sample_at.min(cap_at)),
+                look_at, cap_at, ..
+            } => Some(look_at.min(cap_at)),
             State::Stopping { kill_at, .. } | State::Reaping { kill_at, .. } => Some(kill_at),
             _ => None,
         }
@@ -225,7 +256,7 @@ impl Lifecycle {
                 }
             }
             Event::Tick => {}
-            Event::InFlight(count) => self.on_in_flight(count.unwrap_or(0), now, &mut actions),
+            Event::Traffic(look) => self.on_traffic(look, now, &mut actions),
         }
         self.advance(now, &mut actions);
         actions
@@ -234,18 +265,16 @@ impl Lifecycle {
     fn on_term(&mut self, now: Instant, actions: &mut Vec<Action>) {
         match self.state {
             State::Starting | State::Running => {
-                let kill_at = after(now, self.config.grace);
                 self.state = State::Draining {
+                    term_at: now,
                     relay_at: after(now, self.config.drain_delay),
-                    kill_at,
+                    kill_at: after(now, self.config.grace),
                 };
-                // A zero drain relays in `advance`, in this same step.
+                // A zero drain relays (or starts holding) in `advance`, in this step.
             }
             // A second SIGTERM cuts the drain short.
-            State::Draining { kill_at, .. } => self.relay_stop(kill_at, actions),
-            State::Holding { kill_at, .. } => {
-                self.end_hold(HoldEnd::SecondTerm, now, actions);
-                self.relay_stop(kill_at, actions);
+            State::Draining { .. } | State::Holding { .. } => {
+                self.end_drain(DrainEnd::SecondTerm, now, actions)
             }
             // Past the drain every SIGTERM is passed on like any other signal.
             State::Stopping { .. } | State::Reaping { .. } => self.forward(TERM, false, actions),
@@ -254,16 +283,19 @@ impl Lifecycle {
     }
 
     fn on_app_exit(&mut self, status: AppStatus, now: Instant, actions: &mut Vec<Action>) {
-        self.end_hold(HoldEnd::AppExited, now, actions);
-        let code = status.code();
-        let code = if self.config.remap_exit.contains(&code) {
-            0
-        } else {
-            code
-        };
         let (kill_at, killed, stop_relayed) = match self.state {
             State::Starting | State::Running => (after(now, self.config.grace), false, false),
-            State::Draining { kill_at, .. } | State::Holding { kill_at, .. } => {
+            State::Draining {
+                term_at, kill_at, ..
+            }
+            | State::Holding {
+                term_at, kill_at, ..
+            } => {
+                actions.push(Action::DrainOver {
+                    after: now.saturating_duration_since(term_at),
+                    why: DrainEnd::AppExited,
+                    in_flight: self.left(),
+                });
                 (kill_at, false, false)
             }
             State::Stopping { kill_at, killed } => (kill_at, killed, true),
@@ -276,91 +308,122 @@ impl Lifecycle {
             });
         }
         self.state = State::Reaping {
-            code,
+            code: self.remapped(status.code()),
             kill_at,
             killed,
             stop_relayed,
         };
     }
 
-    /// The drain delay is over: relay the stop signal, or with drain until idle, first
-    /// ask how many requests are in flight. `term_at` is when the SIGTERM came.
-    fn drain_delay_over(
-        &mut self,
-        term_at: Instant,
-        kill_at: Instant,
-        now: Instant,
-        actions: &mut Vec<Action>,
-    ) {
-        match self.config.drain_max {
-            Some(max) => {
-                actions.push(Action::SampleInFlight);
-                self.state = State::Holding {
-                    sample_at: after(now, HOLD_SAMPLE_EVERY),
-                    cap_at: after(term_at, max),
-                    kill_at,
-                    began: None,
-                    left: 0,
-                };
-            }
-            None => self.relay_stop(kill_at, actions),
+    /// `--remap-exit`: the codes it names are reported as 0.
+    fn remapped(&self, code: u8) -> u8 {
+        if self.config.remap_exit.contains(&code) {
+            0
+        } else {
+            code
         }
     }
 
-    fn on_in_flight(&mut self, count: u64, now: Instant, actions: &mut Vec<Action>) {
-        let State::Holding {
-            sample_at,
-            cap_at,
-            kill_at,
-            began,
-            ..
+    /// The latest in-flight count the hold saw.
+    fn left(&self) -> Option<u64> {
+        match self.state {
+            State::Holding { left, .. } => left,
+            _ => None,
+        }
+    }
+
+    /// The drain delay is over: relay the stop signal, or with `--inflight-port` hold
+    /// it and look at the port first.
+    fn drain_delay_over(&mut self, now: Instant, actions: &mut Vec<Action>) {
+        let State::Draining {
+            term_at, kill_at, ..
         } = self.state
+        else {
+            return;
+        };
+        match self.config.drain_max {
+            Some(max) => {
+                actions.push(Action::LookAtTraffic);
+                self.state = State::Holding {
+                    term_at,
+                    since: now,
+                    look_at: after(now, LOOK_EVERY),
+                    cap_at: after(term_at, max),
+                    kill_at,
+                    left: None,
+                    told: false,
+                };
+            }
+            None => self.end_drain(DrainEnd::Delay, now, actions),
+        }
+    }
+
+    /// The hold's rule: relay at the first look that finds the port quiet — nothing in
+    /// flight and no new request for `drain_quiet` — or whose figures cannot be had.
+    fn on_traffic(&mut self, look: Option<Look>, now: Instant, actions: &mut Vec<Action>) {
+        let State::Holding { since, told, .. } = self.state
         else {
             return; // an answer that came after the hold ended
         };
-        if count == 0 {
-            if began.is_some() {
-                self.state = State::Holding {
-                    sample_at,
-                    cap_at,
-                    kill_at,
-                    began,
-                    left: 0,
-                };
-                self.end_hold(HoldEnd::Idle, now, actions);
+        // Only figures taken during the hold count: an older sample may predate a
+        // request that came since.
+        let fresh = look.filter(|l| l.taken >= since);
+        let Some(look) = fresh else {
+            if now.saturating_duration_since(since) >= LOOK_STALE {
+                self.end_drain(DrainEnd::GaugeFailed, now, actions);
             }
-            self.relay_stop(kill_at, actions);
+            return;
+        };
+        if now.saturating_duration_since(look.taken) >= LOOK_STALE {
+            self.end_drain(DrainEnd::GaugeFailed, now, actions);
             return;
         }
-        if began.is_none() {
-            actions.push(Action::HoldBegan { in_flight: count });
-        }
-        self.state = State::Holding {
-            sample_at,
-            cap_at,
-            kill_at,
-            began: began.or(Some(now)),
-            left: count,
+        let Some(in_flight) = look.in_flight else {
+            self.end_drain(DrainEnd::GaugeFailed, now, actions);
+            return;
         };
+        self.set_hold(Some(in_flight), true);
+        let quiet_for = look
+            .last_busy
+            .map(|busy| look.taken.saturating_duration_since(busy));
+        if in_flight == 0 && quiet_for.is_none_or(|q| q >= self.config.drain_quiet) {
+            let quiet_for = quiet_for.unwrap_or(self.config.drain_quiet);
+            self.end_drain(DrainEnd::Quiet { quiet_for }, now, actions);
+            return;
+        }
+        if !told {
+            actions.push(Action::HoldBegan { in_flight });
+        }
     }
 
-    /// Reports the end of a hold that had begun (a busy sample came); nothing otherwise.
-    fn end_hold(&mut self, why: HoldEnd, now: Instant, actions: &mut Vec<Action>) {
+    fn set_hold(&mut self, seen: Option<u64>, was_told: bool) {
         if let State::Holding {
-            began: Some(began),
-            left,
+            ref mut left,
+            ref mut told,
             ..
         } = self.state
         {
-            actions.push(Action::HoldEnded {
-                held: now.saturating_duration_since(began),
-                left,
-                why,
-            });
+            *left = seen;
+            *told = was_told;
         }
     }
 
-    fn relay_stop(&mut self, kill_at: Instant, actions: &mut Vec<Action>) {
+    /// Ends the drain now for `why`: the stop signal is relayed.
+    fn end_drain(&mut self, why: DrainEnd, now: Instant, actions: &mut Vec<Action>) {
+        let (term_at, kill_at) = match self.state {
+            State::Draining {
+                term_at, kill_at, ..
+            }
+            | State::Holding {
+                term_at, kill_at, ..
+            } => (term_at, kill_at),
+            _ => return,
+        };
+        actions.push(Action::DrainOver {
+            after: now.saturating_duration_since(term_at),
+            why,
+            in_flight: self.left(),
+        });
         self.forward(TERM, true, actions);
         self.state = State::Stopping {
             kill_at,
@@ -385,34 +448,16 @@ impl Lifecycle {
     fn advance(&mut self, now: Instant, actions: &mut Vec<Action>) {
         while let Some(due) = self.deadline().filter(|due| *due <= now) {
             match self.state {
-                State::Draining { kill_at, relay_at } => {
-                    let term_at = relay_at
-                        .checked_sub(self.config.drain_delay)
-                        .unwrap_or(relay_at);
-                    self.drain_delay_over(term_at, kill_at, now, actions)
+                State::Draining { .. } => self.drain_delay_over(now, actions),
+                State::Holding { cap_at, .. } if due == cap_at => {
+                    self.end_drain(DrainEnd::DrainMax, now, actions)
                 }
                 State::Holding {
-                    cap_at, kill_at, ..
-                } if due == cap_at => {
-                    self.end_hold(HoldEnd::DrainMax, now, actions);
-                    self.relay_stop(kill_at, actions);
-                }
-                State::Holding {
-                    cap_at,
-                    kill_at,
-                    began,
-                    left,
-                    ..
+                    ref mut look_at, ..
                 } => {
-                    actions.push(Action::SampleInFlight);
-                    self.state = State::Holding {
-                        sample_at: after(due.max(now), HOLD_SAMPLE_EVERY),
-                        cap_at,
-                        kill_at,
-                        began,
-                        left,
-                    };
-                    // One sample per wake-up: the answer decides the rest.
+                    *look_at = after(due.max(now), LOOK_EVERY);
+                    actions.push(Action::LookAtTraffic);
+                    // One look per wake-up: the answer decides the rest.
                     break;
                 }
                 State::Stopping { killed: false, .. } => {
@@ -424,12 +469,7 @@ impl Lifecycle {
                 }
                 // SIGKILL did not take the app within KILL_WAIT: report it as killed.
                 State::Stopping { killed: true, .. } => {
-                    let code = AppStatus::Killed(KILL).code();
-                    let code = if self.config.remap_exit.contains(&code) {
-                        0
-                    } else {
-                        code
-                    };
+                    let code = self.remapped(AppStatus::Killed(KILL).code());
                     self.exit(code, actions);
                 }
                 State::Reaping {
@@ -458,7 +498,8 @@ mod tests {
     use super::*;
     use crate::signals::{parse_rewrite, HUP, INT};
     use Action::*;
-    use Event::{AppExited, AppReady, InFlight, NoChildrenLeft, Tick};
+    use DrainEnd::{AppExited as Exited_, Delay, DrainMax, GaugeFailed, SecondTerm};
+    use Event::{AppExited, AppReady, NoChildrenLeft, Tick};
 
     const DRAIN: u64 = 5;
     const GRACE: u64 = 25;
@@ -472,10 +513,12 @@ mod tests {
             remap_exit: vec![],
             group: true,
             drain_max: None,
+            drain_quiet: Duration::from_secs(1),
         }
     }
 
-    /// Drain until idle with `--drain-max 15s` (the default with a 5 s drain, 25 s grace).
+    /// Drain until quiet with `--drain-max 15s` (the default with a 5 s drain, 25 s
+    /// grace) and `--drain-quiet 1s`.
     fn holding() -> Config {
         Config {
             drain_max: Some(Duration::from_secs(15)),
@@ -483,11 +526,17 @@ mod tests {
         }
     }
 
-    fn ended(held: f64, left: u64, why: HoldEnd) -> Action {
-        HoldEnded {
-            held: Duration::from_secs_f64(held),
-            left,
+    fn over(after: f64, why: DrainEnd, in_flight: Option<u64>) -> Action {
+        DrainOver {
+            after: Duration::from_secs_f64(after),
             why,
+            in_flight,
+        }
+    }
+
+    fn quiet(quiet_for: f64) -> DrainEnd {
+        DrainEnd::Quiet {
+            quiet_for: Duration::from_secs_f64(quiet_for),
         }
     }
 
@@ -516,9 +565,15 @@ mod tests {
     /// in `phase` with its deadline at second `deadline`.
     type Row = (f64, Event, Vec<Action>, Phase, Option<f64>);
 
+    /// The tables' second 0, shared so that rows can name instants (`look`).
+    fn at(s: f64) -> Instant {
+        static T0: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+        *T0.get_or_init(Instant::now) + Duration::from_secs_f64(s)
+    }
+
     fn run_table(config: Config, rows: Vec<Row>) {
-        let t0 = Instant::now();
-        let secs = |s: f64| t0 + Duration::from_secs_f64(s);
+        let t0 = at(0.0);
+        let secs = at;
         let mut machine = Lifecycle::new(config);
         for (i, (at, event, actions, phase, deadline)) in rows.into_iter().enumerate() {
             let got = machine.on(event, secs(at));
@@ -571,7 +626,7 @@ mod tests {
                 (
                     10.0 + d,
                     Tick,
-                    vec![relay(TERM)],
+                    vec![over(d, Delay, None), relay(TERM)],
                     Phase::Stopping,
                     Some(10.0 + g),
                 ),
@@ -618,7 +673,7 @@ mod tests {
                 (
                     1.0,
                     Event::Signal(TERM),
-                    vec![relay(TERM)],
+                    vec![over(1.0, SecondTerm, None), relay(TERM)],
                     Phase::Stopping,
                     Some(25.0),
                 ),
@@ -634,58 +689,127 @@ mod tests {
         );
     }
 
+    /// The sampler's figures taken at second `taken`: `in_flight` (None: the sample
+    /// failed), traffic last seen at second `busy`.
+    fn look(taken: f64, in_flight: Option<u64>, busy: Option<f64>) -> Event {
+        Event::Traffic(Some(Look {
+            taken: at(taken),
+            in_flight,
+            last_busy: busy.map(at),
+        }))
+    }
+
     #[test]
-    fn hold_idle_at_the_delay_relays_on_the_first_sample() {
+    fn hold_a_port_quiet_for_long_relays_at_the_first_fresh_look() {
         run_table(
             holding(),
             vec![
                 (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
-                (5.0, Tick, vec![SampleInFlight], Phase::Draining, Some(5.1)),
+                (5.0, Tick, vec![LookAtTraffic], Phase::Draining, Some(5.1)),
+                // A figure from before the hold does not count: a request may have come
+                // since.
+                (5.0, look(4.5, Some(0), None), vec![], Phase::Draining, Some(5.1)),
+                (5.1, Tick, vec![LookAtTraffic], Phase::Draining, Some(5.2)),
                 (
-                    5.0,
-                    InFlight(Some(0)),
-                    vec![relay(TERM)],
+                    5.1,
+                    look(5.05, Some(0), Some(2.0)),
+                    vec![over(5.1, quiet(3.05), Some(0)), relay(TERM)],
                     Phase::Stopping,
                     Some(25.0),
                 ),
                 // A late answer changes nothing.
-                (5.1, InFlight(Some(4)), vec![], Phase::Stopping, Some(25.0)),
+                (5.2, look(5.15, Some(4), Some(5.15)), vec![], Phase::Stopping, Some(25.0)),
             ],
         );
     }
 
     #[test]
-    fn hold_busy_then_idle_samples_every_100ms_and_relays_at_zero() {
+    fn hold_one_zero_sample_between_requests_is_not_quiet() {
         run_table(
             holding(),
             vec![
                 (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
-                // The balancer stopped sending: nothing is relayed while requests run.
-                (5.0, Tick, vec![SampleInFlight], Phase::Draining, Some(5.1)),
+                (5.0, Tick, vec![LookAtTraffic], Phase::Draining, Some(5.1)),
+                // Nothing in flight, but a request came 0.3 s ago: the balancer still
+                // sends.
                 (
                     5.0,
-                    InFlight(Some(3)),
-                    vec![HoldBegan { in_flight: 3 }],
+                    look(5.0, Some(0), Some(4.7)),
+                    vec![HoldBegan { in_flight: 0 }],
                     Phase::Draining,
                     Some(5.1),
                 ),
-                (5.1, Tick, vec![SampleInFlight], Phase::Draining, Some(5.2)),
-                (5.1, InFlight(Some(1)), vec![], Phase::Draining, Some(5.2)),
+                (5.1, Tick, vec![LookAtTraffic], Phase::Draining, Some(5.2)),
+                (5.1, look(5.1, Some(1), Some(5.1)), vec![], Phase::Draining, Some(5.2)),
                 // SIGINT is never held; other signals pass as ever.
+                (5.15, Event::Signal(INT), vec![fwd(INT)], Phase::Draining, Some(5.2)),
+                (5.2, Tick, vec![LookAtTraffic], Phase::Draining, Some(5.3)),
+                (5.2, look(5.2, Some(0), Some(5.1)), vec![], Phase::Draining, Some(5.3)),
+                (6.0, Tick, vec![LookAtTraffic], Phase::Draining, Some(6.1)),
+                (6.0, look(6.0, Some(0), Some(5.1)), vec![], Phase::Draining, Some(6.1)),
+                (6.1, Tick, vec![LookAtTraffic], Phase::Draining, Some(6.2)),
+                // Quiet for the whole --drain-quiet: relay.
                 (
-                    5.15,
-                    Event::Signal(INT),
-                    vec![fwd(INT)],
-                    Phase::Draining,
-                    Some(5.2),
-                ),
-                (5.2, Tick, vec![SampleInFlight], Phase::Draining, Some(5.3)),
-                (
-                    5.25,
-                    InFlight(Some(0)),
-                    vec![ended(0.25, 0, HoldEnd::Idle), relay(TERM)],
+                    6.12,
+                    look(6.1, Some(0), Some(5.1)),
+                    vec![over(6.12, quiet(1.0), Some(0)), relay(TERM)],
                     Phase::Stopping,
                     Some(25.0),
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn hold_with_drain_quiet_zero_relays_at_the_first_zero_sample() {
+        let mut cfg = holding();
+        cfg.drain_quiet = Duration::ZERO;
+        run_table(
+            cfg,
+            vec![
+                (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
+                (5.0, Tick, vec![LookAtTraffic], Phase::Draining, Some(5.1)),
+                (
+                    5.0,
+                    look(5.0, Some(2), Some(5.0)),
+                    vec![HoldBegan { in_flight: 2 }],
+                    Phase::Draining,
+                    Some(5.1),
+                ),
+                (5.1, Tick, vec![LookAtTraffic], Phase::Draining, Some(5.2)),
+                (
+                    5.1,
+                    look(5.1, Some(0), Some(5.1)),
+                    vec![over(5.1, quiet(0.0), Some(0)), relay(TERM)],
+                    Phase::Stopping,
+                    Some(25.0),
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn hold_zero_drain_delay_relays_as_soon_as_the_traffic_has_stopped() {
+        let mut cfg = holding();
+        cfg.drain_delay = Duration::ZERO;
+        run_table(
+            cfg,
+            vec![
+                (
+                    10.0,
+                    Event::Signal(TERM),
+                    vec![LookAtTraffic],
+                    Phase::Draining,
+                    Some(10.1),
+                ),
+                (10.0, look(9.5, Some(0), Some(1.0)), vec![], Phase::Draining, Some(10.1)),
+                (10.1, Tick, vec![LookAtTraffic], Phase::Draining, Some(10.2)),
+                (
+                    10.1,
+                    look(10.01, Some(0), Some(1.0)),
+                    vec![over(0.1, quiet(9.01), Some(0)), relay(TERM)],
+                    Phase::Stopping,
+                    Some(35.0),
                 ),
             ],
         );
@@ -697,32 +821,20 @@ mod tests {
             holding(),
             vec![
                 (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
-                (5.0, Tick, vec![SampleInFlight], Phase::Draining, Some(5.1)),
+                (5.0, Tick, vec![LookAtTraffic], Phase::Draining, Some(5.1)),
                 (
                     5.0,
-                    InFlight(Some(2)),
+                    look(5.0, Some(2), Some(5.0)),
                     vec![HoldBegan { in_flight: 2 }],
                     Phase::Draining,
                     Some(5.1),
                 ),
-                (
-                    14.95,
-                    Tick,
-                    vec![SampleInFlight],
-                    Phase::Draining,
-                    Some(15.0),
-                ),
-                (
-                    14.95,
-                    InFlight(Some(1)),
-                    vec![],
-                    Phase::Draining,
-                    Some(15.0),
-                ),
+                (14.95, Tick, vec![LookAtTraffic], Phase::Draining, Some(15.0)),
+                (14.95, look(14.9, Some(1), Some(14.9)), vec![], Phase::Draining, Some(15.0)),
                 (
                     15.0,
                     Tick,
-                    vec![ended(10.0, 1, HoldEnd::DrainMax), relay(TERM)],
+                    vec![over(15.0, DrainMax, Some(1)), relay(TERM)],
                     Phase::Stopping,
                     Some(25.0),
                 ),
@@ -737,10 +849,10 @@ mod tests {
             holding(),
             vec![
                 (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
-                (5.0, Tick, vec![SampleInFlight], Phase::Draining, Some(5.1)),
+                (5.0, Tick, vec![LookAtTraffic], Phase::Draining, Some(5.1)),
                 (
                     5.0,
-                    InFlight(Some(9)),
+                    look(5.0, Some(9), Some(5.0)),
                     vec![HoldBegan { in_flight: 9 }],
                     Phase::Draining,
                     Some(5.1),
@@ -748,7 +860,7 @@ mod tests {
                 (
                     6.0,
                     Event::Signal(TERM),
-                    vec![ended(1.0, 9, HoldEnd::SecondTerm), relay(TERM)],
+                    vec![over(6.0, SecondTerm, Some(9)), relay(TERM)],
                     Phase::Stopping,
                     Some(25.0),
                 ),
@@ -762,10 +874,10 @@ mod tests {
             holding(),
             vec![
                 (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
-                (5.0, Tick, vec![SampleInFlight], Phase::Draining, Some(5.1)),
+                (5.0, Tick, vec![LookAtTraffic], Phase::Draining, Some(5.1)),
                 (
                     5.0,
-                    InFlight(Some(1)),
+                    look(5.0, Some(1), Some(5.0)),
                     vec![HoldBegan { in_flight: 1 }],
                     Phase::Draining,
                     Some(5.1),
@@ -773,27 +885,73 @@ mod tests {
                 (
                     7.0,
                     AppExited(AppStatus::Killed(KILL)),
-                    vec![ended(2.0, 1, HoldEnd::AppExited), remaining(false)],
+                    vec![over(7.0, Exited_, Some(1)), remaining(false)],
                     Phase::Exited,
                     Some(25.0),
                 ),
-                (7.0, InFlight(Some(0)), vec![], Phase::Exited, Some(25.0)),
+                (7.0, look(7.0, Some(0), None), vec![], Phase::Exited, Some(25.0)),
                 (7.0, NoChildrenLeft, vec![Exit(137)], Phase::Exited, None),
             ],
         );
     }
 
     #[test]
-    fn hold_a_failed_sample_counts_as_idle() {
+    fn hold_a_failed_sample_counts_as_quiet() {
         run_table(
             holding(),
             vec![
                 (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
-                (5.0, Tick, vec![SampleInFlight], Phase::Draining, Some(5.1)),
+                (5.0, Tick, vec![LookAtTraffic], Phase::Draining, Some(5.1)),
                 (
                     5.0,
-                    InFlight(None),
-                    vec![relay(TERM)],
+                    look(5.0, None, Some(4.9)),
+                    vec![over(5.0, GaugeFailed, None), relay(TERM)],
+                    Phase::Stopping,
+                    Some(25.0),
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn hold_a_sampler_that_stopped_never_holds_the_stop() {
+        // No figure at all, then none newer than the hold: relay after LOOK_STALE.
+        run_table(
+            holding(),
+            vec![
+                (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
+                (5.0, Tick, vec![LookAtTraffic], Phase::Draining, Some(5.1)),
+                (5.0, Event::Traffic(None), vec![], Phase::Draining, Some(5.1)),
+                (5.9, Tick, vec![LookAtTraffic], Phase::Draining, Some(6.0)),
+                (5.9, look(3.0, Some(3), Some(3.0)), vec![], Phase::Draining, Some(6.0)),
+                (6.0, Tick, vec![LookAtTraffic], Phase::Draining, Some(6.1)),
+                (
+                    6.0,
+                    look(3.0, Some(3), Some(3.0)),
+                    vec![over(6.0, GaugeFailed, None), relay(TERM)],
+                    Phase::Stopping,
+                    Some(25.0),
+                ),
+            ],
+        );
+        // Figures that were coming stop coming: the last one goes stale.
+        run_table(
+            holding(),
+            vec![
+                (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
+                (5.0, Tick, vec![LookAtTraffic], Phase::Draining, Some(5.1)),
+                (
+                    5.0,
+                    look(5.0, Some(3), Some(5.0)),
+                    vec![HoldBegan { in_flight: 3 }],
+                    Phase::Draining,
+                    Some(5.1),
+                ),
+                (6.1, Tick, vec![LookAtTraffic], Phase::Draining, Some(6.2)),
+                (
+                    6.1,
+                    look(5.0, Some(3), Some(5.0)),
+                    vec![over(6.1, GaugeFailed, Some(3)), relay(TERM)],
                     Phase::Stopping,
                     Some(25.0),
                 ),
@@ -811,11 +969,11 @@ mod tests {
                 (
                     30.0,
                     Tick,
-                    vec![SampleInFlight, relay(TERM), KillAll],
+                    vec![LookAtTraffic, over(30.0, DrainMax, None), relay(TERM), KillAll],
                     Phase::Stopping,
                     Some(32.0),
                 ),
-                (30.0, InFlight(Some(5)), vec![], Phase::Stopping, Some(32.0)),
+                (30.0, look(30.0, Some(5), Some(30.0)), vec![], Phase::Stopping, Some(32.0)),
             ],
         );
     }
@@ -829,7 +987,7 @@ mod tests {
             vec![(
                 3.0,
                 Event::Signal(TERM),
-                vec![relay(TERM)],
+                vec![over(0.0, Delay, None), relay(TERM)],
                 Phase::Stopping,
                 Some(28.0),
             )],
@@ -848,7 +1006,7 @@ mod tests {
             vec![
                 (0.0, Event::Signal(HUP), vec![], Phase::Starting, None),
                 (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
-                (5.0, Tick, vec![relay(QUIT)], Phase::Stopping, Some(25.0)),
+                (5.0, Tick, vec![over(5.0, Delay, None), relay(QUIT)], Phase::Stopping, Some(25.0)),
             ],
         );
     }
@@ -897,7 +1055,7 @@ mod tests {
                 (
                     1.0,
                     AppExited(AppStatus::Killed(TERM)),
-                    vec![remaining(false)],
+                    vec![over(1.0, Exited_, None), remaining(false)],
                     Phase::Exited,
                     Some(25.0),
                 ),
@@ -917,7 +1075,7 @@ mod tests {
                 (
                     0.0,
                     Event::Signal(TERM),
-                    vec![relay(TERM)],
+                    vec![over(0.0, Delay, None), relay(TERM)],
                     Phase::Stopping,
                     Some(25.0),
                 ),
@@ -956,7 +1114,7 @@ mod tests {
                 (
                     30.0,
                     Tick,
-                    vec![relay(TERM), KillAll],
+                    vec![over(30.0, Delay, None), relay(TERM), KillAll],
                     Phase::Stopping,
                     Some(32.0),
                 ),
@@ -1019,7 +1177,7 @@ mod tests {
         assert_eq!(machine.on(Event::Signal(TERM), now), vec![]);
         assert_eq!(
             machine.on(AppExited(AppStatus::Exited(0)), now),
-            vec![remaining(false)]
+            vec![over(0.0, Exited_, None), remaining(false)]
         );
         assert!(machine.deadline().unwrap() > now + Duration::from_secs(86400 * 365));
     }

@@ -1,12 +1,18 @@
-//! lifeguard's own log lines on stderr (DESIGN §7): `lifeguard: ...` text or one JSON
-//! object per line. Once supervision starts, no line waits for stderr: they are written
-//! without blocking (a non-blocking description of stderr's pipe of lifeguard's own, or
+//! lifeguard's own log lines on stderr: `lifeguard: ...` text or one JSON object per
+//! line. Once supervision starts, no line waits for stderr: they are written without
+//! blocking (a non-blocking description of stderr's pipe of lifeguard's own, or
 //! MSG_DONTWAIT on a socket), what does not fit waits in a bounded queue, and only
 //! where that cannot be had does a writer thread take them. A stalled stderr (a
 //! blocking log driver) then costs log lines, never a delayed signal or deadline. A
 //! failed write (closed stderr) is dropped silently.
+//!
+//! The supervision thread has a queue of its own, which no other thread touches: the
+//! helpers share one behind a lock, and a helper that stalls or panics while holding
+//! it (issue #15) cannot make supervision wait. Each line is one write, so lines of
+//! the two queues never mix mid-line on a pipe (writes up to PIPE_BUF are atomic).
 #![forbid(unsafe_code)]
 
+use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::fmt::{self, Display, Write as _};
 use std::io::Write;
@@ -66,53 +72,62 @@ const QUEUE_LINES: usize = 1024;
 
 enum Sink {
     /// Writes that never wait (kernel::QuickStderr); a line that does not fit waits in
-    /// the queue for the next line, or for the flush at exit.
-    Quick(Mutex<Quick>),
+    /// a queue for the next line, or for the flush at exit: the helpers' queue here,
+    /// the supervision thread's own in `OWN`.
+    Quick {
+        out: QuickStderr,
+        shared: Mutex<Queue>,
+    },
     /// The writer thread's queue, where stderr cannot be written without waiting.
     Thread(SyncSender<Message>),
     /// Neither could be had: warnings and errors are written directly, the rest dropped.
     WarningsOnly,
 }
 
-struct Quick {
-    out: QuickStderr,
-    /// Lines not written yet; the front one from byte `offset` on.
-    queue: VecDeque<String>,
+thread_local! {
+    /// The supervision thread's queue (`None` on every other thread).
+    static OWN: RefCell<Option<Queue>> = const { RefCell::new(None) };
+}
+
+/// Lines not written yet; the front one from byte `offset` on.
+#[derive(Default)]
+struct Queue {
+    lines: VecDeque<String>,
     offset: usize,
 }
 
-impl Quick {
-    fn push(&mut self, line: String) {
-        if self.queue.len() >= QUEUE_LINES {
+impl Queue {
+    fn push(&mut self, line: String, out: &QuickStderr) {
+        if self.lines.len() >= QUEUE_LINES {
             DROPPED.fetch_add(1, Ordering::Relaxed);
         } else {
-            self.queue.push_back(line);
+            self.lines.push_back(line);
         }
-        self.drain();
+        self.drain(out);
     }
 
     /// Writes what the reader takes now. Returns whether the queue is empty.
-    fn drain(&mut self) -> bool {
+    fn drain(&mut self, out: &QuickStderr) -> bool {
         loop {
-            let Some(front) = self.queue.front() else {
+            let Some(front) = self.lines.front() else {
                 let dropped = DROPPED.swap(0, Ordering::Relaxed);
                 if dropped == 0 {
                     return true;
                 }
-                self.queue.push_back(dropped_line(dropped));
+                self.lines.push_back(dropped_line(dropped));
                 continue;
             };
-            match self.out.write(&front.as_bytes()[self.offset..]) {
+            match out.write(&front.as_bytes()[self.offset..]) {
                 Ok(n) if self.offset + n < front.len() => self.offset += n,
                 Ok(_) => {
-                    self.queue.pop_front();
+                    self.lines.pop_front();
                     self.offset = 0;
                 }
                 Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => return false,
                 Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
                 // A closed stderr: the line is lost, silently (module note).
                 Err(_) => {
-                    self.queue.pop_front();
+                    self.lines.pop_front();
                     self.offset = 0;
                 }
             }
@@ -135,17 +150,18 @@ enum Message {
 }
 
 /// Sets up writing for supervision: lines must never make it wait for stderr. Call it
-/// after signals are blocked (a writer thread inherits the mask).
+/// on the supervision thread (it gets a queue of its own), after signals are blocked
+/// (a writer thread inherits the mask).
 pub fn start_writer() {
     let sink = match QuickStderr::open() {
-        Some(out) => Sink::Quick(Mutex::new(Quick {
+        Some(out) => Sink::Quick {
             out,
-            queue: VecDeque::new(),
-            offset: 0,
-        })),
+            shared: Mutex::new(Queue::default()),
+        },
         None => writer_thread(),
     };
     let _ = SINK.set(sink);
+    OWN.with(|own| *own.borrow_mut() = Some(Queue::default()));
 }
 
 /// The writer thread, for a stderr that cannot be written without waiting.
@@ -195,11 +211,12 @@ fn writer_thread() -> Sink {
 pub fn flush(timeout: Duration) {
     let until = std::time::Instant::now() + timeout;
     match SINK.get() {
-        Some(Sink::Quick(quick)) => {
-            while !quick
+        Some(Sink::Quick { out, shared }) => {
+            flush_own(timeout);
+            while !shared
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .drain()
+                .drain(out)
                 && std::time::Instant::now() < until
             {
                 std::thread::sleep(Duration::from_millis(2));
@@ -214,6 +231,49 @@ pub fn flush(timeout: Duration) {
         }
         Some(Sink::WarningsOnly) | None => {}
     }
+}
+
+/// Waits (at most `timeout`) until this thread's own queue is written (the supervision
+/// thread's; nothing elsewhere).
+pub fn flush_own(timeout: Duration) {
+    let until = std::time::Instant::now() + timeout;
+    let Some(Sink::Quick { out, .. }) = SINK.get() else {
+        return;
+    };
+    OWN.with(|own| {
+        let Ok(mut own) = own.try_borrow_mut() else {
+            return;
+        };
+        if let Some(queue) = own.as_mut() {
+            while !queue.drain(out) && std::time::Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+        }
+    });
+}
+
+/// Writes what the supervision thread's own queue holds and stderr takes now; the loop
+/// calls it every turn.
+pub fn pump() {
+    let Some(Sink::Quick { out, .. }) = SINK.get() else {
+        return;
+    };
+    OWN.with(|own| {
+        if let Ok(mut own) = own.try_borrow_mut() {
+            if let Some(queue) = own.as_mut() {
+                queue.drain(out);
+            }
+        }
+    });
+}
+
+/// Whether lines wait in this thread's own queue (the loop then wakes soon to write
+/// them).
+pub fn pending() -> bool {
+    OWN.with(|own| {
+        own.try_borrow()
+            .is_ok_and(|own| own.as_ref().is_some_and(|q| !q.lines.is_empty()))
+    })
 }
 
 trait SendTimeout {
@@ -274,15 +334,35 @@ pub fn debug(msg: impl Display, fields: &[Field]) {
 pub fn error_now(msg: impl Display) {
     let line = text_or_json_line(Level::Error, &msg, &[]);
     match SINK.get() {
-        Some(Sink::Quick(quick)) => match quick.try_lock() {
-            Ok(mut quick) => quick.push(line),
-            Err(_) => write_stderr(&line),
-        },
+        Some(Sink::Quick { out, shared }) => {
+            if let Some(line) = own_push(line, out) {
+                match shared.try_lock() {
+                    Ok(mut queue) => queue.push(line, out),
+                    Err(_) => write_stderr(&line),
+                }
+            }
+        }
         Some(Sink::Thread(queue)) => {
             let _ = queue.try_send(Message::Line(line));
         }
         Some(Sink::WarningsOnly) | None => write_stderr(&line),
     }
+}
+
+/// Queues `line` on this thread's own queue if it has one (the supervision thread);
+/// gives it back otherwise.
+fn own_push(line: String, out: &QuickStderr) -> Option<String> {
+    OWN.with(|own| match own.try_borrow_mut() {
+        Ok(mut own) => match own.as_mut() {
+            Some(queue) => {
+                queue.push(line, out);
+                None
+            }
+            None => Some(line),
+        },
+        // Only a log line inside a log line (a Display that logs) gets here.
+        Err(_) => Some(line),
+    })
 }
 
 pub fn log(level: Level, msg: impl Display, fields: &[Field]) {
@@ -295,10 +375,16 @@ pub fn log(level: Level, msg: impl Display, fields: &[Field]) {
     }
     let line = text_or_json_line(level, &msg, fields);
     match sink {
-        Some(Sink::Quick(quick)) => quick
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .push(line),
+        Some(Sink::Quick { out, shared }) => {
+            if let Some(line) = own_push(line, out) {
+                let mut queue = shared
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                // The test build's fault: a helper that panics holding this lock.
+                crate::faults::point("log-locked");
+                queue.push(line, out);
+            }
+        }
         Some(Sink::Thread(queue)) => {
             if let Err(TrySendError::Full(_)) = queue.try_send(Message::Line(line)) {
                 DROPPED.fetch_add(1, Ordering::Relaxed);

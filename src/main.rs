@@ -6,7 +6,9 @@ mod app_check;
 mod board;
 mod cli;
 mod cloudwatch;
+mod faults;
 mod health;
+mod helpers;
 mod http;
 mod http_client;
 mod kernel;
@@ -14,7 +16,6 @@ mod lifecycle;
 mod logging;
 mod metrics;
 mod probe;
-mod runtime;
 mod signals;
 mod supervisor;
 
@@ -25,11 +26,11 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::board::Board;
-use crate::cli::{AppCheckKind, Parsed, Settings};
+use crate::cli::{Parsed, Settings};
 use crate::lifecycle::Lifecycle;
 use crate::supervisor::Supervisor;
 
-/// lifeguard failed before the app started (DESIGN §6).
+/// lifeguard failed before the app started (README, "Exit status").
 const EXIT_SETUP_FAILED: u8 = 125;
 const EXIT_CANNOT_EXECUTE: u8 = 126;
 const EXIT_NOT_FOUND: u8 = 127;
@@ -39,7 +40,7 @@ const MAX_DESCRIPTORS: u64 = 2048;
 const RESERVED_DESCRIPTORS: u64 = 64;
 
 fn main() -> ExitCode {
-    stop_only_the_panicking_thread();
+    helpers::catch_panics();
     let code = match run() {
         Ok(code) => code,
         Err(err) => {
@@ -50,35 +51,6 @@ fn main() -> ExitCode {
     // Bounded: a stalled stderr must not hold the exit back.
     logging::flush(Duration::from_secs(1));
     code
-}
-
-/// A panic in a thread of its own (metrics, CloudWatch: an SDK bug, say) must not take
-/// PID 1 down, and with the release profile's `panic = "abort"` it would, killing the
-/// app with its requests (issue #7). The hook runs before the abort (or the unwind),
-/// on the panicking thread: it says what happened once and parks that thread for good,
-/// so the abort never comes; its work stops and supervision goes on. A panic on the
-/// supervision thread itself ends lifeguard as before: nothing could supervise after
-/// it. No size cost, unlike unwinding (README, "Panics").
-fn stop_only_the_panicking_thread() {
-    std::panic::set_hook(Box::new(|info| {
-        let thread = std::thread::current();
-        let name = thread.name().unwrap_or("unnamed");
-        // One line: the message and where, without the default hook's line break.
-        let message = info.payload_as_str().unwrap_or("(no message)");
-        let place = info
-            .location()
-            .map_or_else(String::new, |l| format!(" at {}:{}", l.file(), l.line()));
-        if name == "main" {
-            logging::error_now(format!("panic{place}: {message}"));
-            return;
-        }
-        logging::error_now(format!(
-            "panic in the {name} thread{place}: {message}; that thread is stopped, supervision goes on"
-        ));
-        loop {
-            std::thread::park();
-        }
-    }));
 }
 
 fn run() -> anyhow::Result<ExitCode> {
@@ -110,7 +82,7 @@ fn run() -> anyhow::Result<ExitCode> {
 
 fn supervise(settings: Settings) -> anyhow::Result<u8> {
     kernel::guard_standard_descriptors();
-    // First, before any thread exists (the runtime starts none, but a resolver might).
+    // First, before any thread exists: every thread started later inherits the mask.
     let inbox = kernel::SignalInbox::block_all().context("blocking signals")?;
     kernel::hear_children();
     logging::start_writer();
@@ -123,18 +95,21 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
             logging::warn(format!("cannot become a child subreaper: {err}"), &[]);
         }
     }
-    // Every thread is started before the app (runtime.rs says why).
-    let name_lookups = settings
-        .app_check
-        .as_ref()
-        .is_some_and(AppCheckKind::needs_name_lookup);
-    let runtime = runtime::current_thread(name_lookups).context("starting the runtime")?;
     // Bound before the app starts, so an unusable explicit address stops everything
-    // with 125 and nothing is left half-started (DESIGN §4).
+    // with 125 and nothing is left half-started.
     let listener = bind_endpoint(settings.listen)?;
-    let board = Board::new();
-    // Samples are taken only for a reader: the endpoint, CloudWatch.
-    if listener.is_some() || settings.cloudwatch.is_some() {
+    let board = Board::new().context("creating the board's bells")?;
+    // The helpers, each on a thread of its own, all started before the app (helpers.rs
+    // says why). Samples are taken only for a reader: the endpoint, CloudWatch, or the
+    // drain's hold.
+    if let Some((listener, cap)) = listener {
+        http::start(listener, board.clone(), cap);
+    }
+    app_check::start(settings.app_check, settings.check_interval, board.clone());
+    let sampled = settings.listen.addr.is_some()
+        || settings.cloudwatch.is_some()
+        || settings.metrics.inflight_port.is_some();
+    if sampled {
         metrics::start(settings.metrics.clone(), board.clone());
     }
     let publisher = settings
@@ -143,7 +118,7 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
         .and_then(|config| cloudwatch::start(config, board.clone()));
     // The C library unblocks its reserved signals in the thread that starts the first
     // thread (musl and glibc, in pthread_create): every thread is started by now, so
-    // block them again here, once (runtime.rs).
+    // block them again here, once (helpers.rs).
     kernel::reblock_every_signal();
     let terminal = kernel::release_terminal(&inbox);
 
@@ -179,24 +154,12 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
         lifecycle: Lifecycle::new(settings.lifecycle),
         app_pid,
         warn_on_reap: settings.warn_on_reap,
-        app_check: board.watch_check(),
-        board: board.clone(),
+        board,
         terminal,
-        inflight: settings
-            .metrics
-            .inflight_port
-            .map(metrics::InFlightSource::new),
+        last_look: None,
     };
-    let code = runtime.block_on(async move {
-        if let Some((listener, cap)) = listener {
-            http::start(listener, board.clone(), cap);
-        }
-        app_check::start(settings.app_check, settings.check_interval, board.clone());
-        supervisor.run(inbox).await
-    });
-    // Do not wait for connections or a DNS lookup still under way: the app is gone.
-    runtime.shutdown_background();
-    // The exit code is settled; one last publish, bounded to 2 s (DESIGN §5).
+    let code = supervisor.run(inbox);
+    // The exit code is settled; one last publish, bounded to 2 s.
     if let Some(publisher) = publisher {
         publisher.flush();
     }

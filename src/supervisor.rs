@@ -1,51 +1,44 @@
-//! The one supervision loop: takes signals from the inbox, reaps, feeds the lifecycle
-//! machine, and carries out its actions (forward, signal the rest, kill, exit). It is the
-//! only code that waits for children or sends signals.
+//! The one supervision loop, on the main thread and synchronous, shaped like tini's:
+//! block on the signal inbox (SIGCHLD included) and the supervisor's bell with one
+//! timeout — the lifecycle's deadline —, feed the lifecycle machine, carry out its
+//! actions (forward, reap, signal the rest, kill, exit). It is the only code that
+//! waits for children or sends signals. No runtime, no HTTP, netlink or DNS here, and
+//! nothing a helper holds: the Board is read with atomics and `try_lock`
+//! (ARCHITECTURE.md).
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
-use std::time::Instant;
-
-use tokio::sync::watch;
+use std::time::{Duration, Instant};
 
 use crate::board::Board;
-use crate::health::AppCheck;
 use crate::kernel::{self, AppTerminal, Descendant, ProcView, Reaped, SignalInbox};
-use crate::lifecycle::{Action, AppStatus, Event, HoldEnd, Lifecycle, Phase};
+use crate::lifecycle::{Action, AppStatus, DrainEnd, Event, Lifecycle, Look, Phase};
 use crate::logging;
-use crate::metrics::InFlightSource;
 use crate::signals::{self, Signal};
+
+/// While log lines wait in the supervision thread's own queue (stderr was full), the
+/// loop wakes this often to write them.
+const LOG_RETRY: Duration = Duration::from_millis(50);
 
 pub struct Supervisor {
     pub lifecycle: Lifecycle,
     /// The app's pid, which is also its process group's id: it was started with setsid.
     pub app_pid: i32,
     pub warn_on_reap: bool,
-    /// Where the phase and counters are published (the endpoint reads them there).
+    /// Where the phase and counters are published, and the app check's and the
+    /// sampler's results are read.
     pub board: Arc<Board>,
-    /// The app check's verdicts; the first pass moves Starting → Running (DESIGN §3).
-    pub app_check: watch::Receiver<AppCheck>,
     /// How the app got the terminal; with a foreground group, a Ctrl-Z that stops the
     /// app stops lifeguard too (kernel::stop_with_app).
     pub terminal: AppTerminal,
-    /// `--inflight-port`, for the drain until idle.
-    pub inflight: Option<InFlightSource>,
+    /// The traffic figures the hold saw last, for a look that finds the board busy.
+    pub last_look: Option<Look>,
 }
 
 impl Supervisor {
     /// Runs until the lifecycle says exit; returns lifeguard's exit code.
-    pub async fn run(mut self, inbox: SignalInbox) -> u8 {
+    pub fn run(mut self, mut inbox: SignalInbox) -> u8 {
         let mut events = Vec::new();
-        let mut inbox = match inbox.into_async() {
-            Ok(fd) => fd,
-            Err(err) => {
-                // Without the inbox no signal can be received: stop the app rather than
-                // run it unsupervised.
-                logging::error(format!("cannot watch the signal inbox: {err}"), &[]);
-                let _ = kernel::send(self.app_pid, signals::KILL);
-                return 125;
-            }
-        };
         let mut ready_seen = false;
         loop {
             // Signals read in the last turn go first, before anything is reaped: one that
@@ -63,41 +56,47 @@ impl Supervisor {
                     return code;
                 }
             }
-            if !ready_seen && *self.app_check.borrow() == AppCheck::Passing {
+            if !ready_seen && self.board.check_passed() {
                 ready_seen = true;
                 if let Some(code) = self.step(Event::AppReady) {
                     return code;
                 }
             }
-            let deadline = self.lifecycle.deadline();
-            let sleep = tokio::time::sleep_until(
-                deadline.map_or_else(far_future, tokio::time::Instant::from_std),
-            );
-            tokio::select! {
-                biased;
-                guard = inbox.readable_mut() => {
-                    let mut guard = match guard {
-                        Ok(guard) => guard,
-                        Err(err) => {
-                            logging::error(format!("signal inbox failed: {err}"), &[]);
-                            continue;
-                        }
-                    };
-                    // take_all reads until EAGAIN, so the fd is drained either way.
-                    let taken = guard.get_inner_mut().take_all();
-                    guard.clear_ready();
-                    match taken {
-                        Ok(received) => self.received(received, &mut events),
-                        Err(err) => logging::error(format!("reading signals: {err}"), &[]),
-                    }
+            logging::pump();
+            let now = Instant::now();
+            let mut timeout = self
+                .lifecycle
+                .deadline()
+                .map(|at| at.saturating_duration_since(now));
+            if logging::pending() {
+                timeout = Some(timeout.map_or(LOG_RETRY, |t| t.min(LOG_RETRY)));
+            }
+            let woke = match inbox.wait(self.board.supervisor_bell.fd(), timeout) {
+                Ok(woke) => woke,
+                Err(err) => {
+                    // poll(2) fails only on bad arguments or no memory: say so, and go
+                    // on as if the timeout had passed rather than spin.
+                    logging::error(format!("waiting for signals: {err}"), &[]);
+                    std::thread::sleep(LOG_RETRY);
+                    kernel::Woke::default()
                 }
-                _ = sleep, if deadline.is_some() => events.push(Event::Tick),
-                changed = self.app_check.changed(), if !ready_seen => {
-                    if changed.is_err() {
-                        // The check task ended without a verdict; stay Starting.
-                        ready_seen = true;
-                    }
+            };
+            if woke.bell {
+                self.board.supervisor_bell.clear();
+            }
+            if woke.signals {
+                // take_all reads until EAGAIN, so the inbox is drained either way.
+                match inbox.take_all() {
+                    Ok(received) => self.received(received, &mut events),
+                    Err(err) => logging::error(format!("reading signals: {err}"), &[]),
                 }
+            }
+            if self
+                .lifecycle
+                .deadline()
+                .is_some_and(|at| at <= Instant::now())
+            {
+                events.push(Event::Tick);
             }
         }
     }
@@ -175,7 +174,7 @@ impl Supervisor {
     }
 
     /// Feeds one event to the machine and carries out what it answers, including the
-    /// events its actions answer with (an in-flight sample).
+    /// events its actions answer with (a look at the traffic figures).
     fn step(&mut self, event: Event) -> Option<u8> {
         let mut exit = None;
         let mut next = Some(event);
@@ -194,31 +193,19 @@ impl Supervisor {
                         spare_app_group,
                     } => self.signal_remaining(signal, spare_app_group),
                     Action::KillAll => self.kill_all(),
-                    Action::SampleInFlight => next = Some(Event::InFlight(self.in_flight())),
+                    Action::LookAtTraffic => next = Some(Event::Traffic(self.look())),
                     Action::HoldBegan { in_flight } => logging::info(
-                        "drain delay over with requests in flight: holding the stop signal",
-                        &[("in_flight", &in_flight), ("until", &"idle or --drain-max")],
+                        "drain delay over, the port is not quiet: holding the stop signal",
+                        &[
+                            ("in_flight", &in_flight),
+                            ("until", &"quiet or --drain-max"),
+                        ],
                     ),
-                    Action::HoldEnded { held, left, why } => {
-                        let held = format!("{}ms", held.as_millis());
-                        match why {
-                            HoldEnd::Idle => {
-                                logging::info("no request in flight: hold over", &[("held", &held)])
-                            }
-                            HoldEnd::DrainMax => logging::info(
-                                "--drain-max reached with requests in flight: hold over",
-                                &[("held", &held), ("in_flight", &left)],
-                            ),
-                            HoldEnd::SecondTerm => logging::info(
-                                "second SIGTERM: hold over",
-                                &[("held", &held), ("in_flight", &left)],
-                            ),
-                            HoldEnd::AppExited => logging::info(
-                                "the app exited: hold over",
-                                &[("held", &held), ("in_flight", &left)],
-                            ),
-                        }
-                    }
+                    Action::DrainOver {
+                        after,
+                        why,
+                        in_flight,
+                    } => self.drain_over(after, why, in_flight),
                     Action::Exit(code) => exit = Some(code),
                 }
             }
@@ -226,10 +213,49 @@ impl Supervisor {
         exit
     }
 
-    /// The in-flight count for the hold (drain until idle); `None` when it cannot be
-    /// read, which the lifecycle takes as idle.
-    fn in_flight(&mut self) -> Option<u64> {
-        self.inflight.as_mut()?.sample().map(|found| found.requests)
+    /// The sampler's latest traffic figures, read without waiting: if the sampler is
+    /// writing them this instant, the previous ones (the next look is 100 ms away).
+    fn look(&mut self) -> Option<Look> {
+        if let Ok(look) = self.board.traffic() {
+            self.last_look = look;
+        }
+        self.last_look
+    }
+
+    fn drain_over(&mut self, after: Duration, why: DrainEnd, in_flight: Option<u64>) {
+        self.board.set_drain_seconds(after.as_secs_f64());
+        let after_ms = format!("{}ms", after.as_millis());
+        let in_flight = in_flight.map_or_else(|| "unknown".to_string(), |n| n.to_string());
+        match why {
+            DrainEnd::Delay => logging::info("drain delay over", &[("after", &after_ms)]),
+            DrainEnd::Quiet { quiet_for } => logging::info(
+                "the port is quiet: drain over",
+                &[
+                    ("after", &after_ms),
+                    ("quiet_for", &format!("{}ms", quiet_for.as_millis())),
+                ],
+            ),
+            DrainEnd::DrainMax if in_flight != "0" => logging::warn(
+                "--drain-max reached with requests still in flight: relaying the stop signal anyway",
+                &[("after", &after_ms), ("in_flight", &in_flight)],
+            ),
+            DrainEnd::DrainMax => logging::info(
+                "--drain-max reached: drain over",
+                &[("after", &after_ms)],
+            ),
+            DrainEnd::SecondTerm => logging::info(
+                "second SIGTERM: drain cut short",
+                &[("after", &after_ms), ("in_flight", &in_flight)],
+            ),
+            DrainEnd::AppExited => logging::info(
+                "the app exited during the drain",
+                &[("after", &after_ms), ("in_flight", &in_flight)],
+            ),
+            DrainEnd::GaugeFailed => logging::warn(
+                "in-flight figures unavailable: drain over (a broken gauge never holds a stop)",
+                &[("after", &after_ms)],
+            ),
+        }
     }
 
     fn announce(&mut self, before: Phase, after: Phase) {
@@ -428,10 +454,6 @@ impl Supervisor {
             ],
         );
     }
-}
-
-fn far_future() -> tokio::time::Instant {
-    tokio::time::Instant::now() + std::time::Duration::from_secs(86400 * 365)
 }
 
 fn status_text(status: AppStatus) -> String {

@@ -361,27 +361,3 @@ fn ecs_task_credentials_sign_the_calls() {
     });
     drop(run);
 }
-
-#[test]
-fn a_panic_in_the_publisher_leaves_supervision_running() {
-    // The test build (debug assertions) panics in the publisher on request: publishing
-    // stops (the panic hook parks its thread before the abort or unwind could end
-    // lifeguard), lifeguard says so, and the app is supervised as ever.
-    let emulator = Emulator::start();
-    let ns = namespace("panic");
-    let (mut run, _) = start_publishing(
-        &emulator,
-        &[],
-        &[
-            ("METRICS_NAMESPACE", &ns),
-            ("METRICS_INTERVAL", "1"),
-            ("LIFEGUARD_TEST_PANIC_IN_PUBLISHER", "1"),
-        ],
-    );
-    let said = run.expect_log("panic in the cloudwatch thread");
-    assert!(said.contains("supervision goes on"), "{said}");
-    run.signal(libc::SIGUSR2);
-    run.expect_line("signal USR2");
-    run.signal(libc::SIGTERM);
-    run.expect_exit(0);
-}

@@ -4,13 +4,11 @@
 //! HEALTHCHECK is `lifeguard --probe`, since a scratch image has no curl.
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use common::*;
-
-const TARGET: &str = "x86_64-unknown-linux-musl";
 
 fn docker(args: &[&str]) -> Output {
     Command::new("docker")
@@ -27,33 +25,6 @@ fn docker_ok(args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8_lossy(&out.stdout).trim().to_string()
-}
-
-/// Builds the static binaries in a target directory of their own (the one `cargo test`
-/// holds is locked while tests run).
-fn static_binaries() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let target_dir = root.join("target").join("container");
-    let status = Command::new(env!("CARGO"))
-        .current_dir(root)
-        .args([
-            "build",
-            "--release",
-            "--target",
-            TARGET,
-            "--bin",
-            "lifeguard",
-            "--bin",
-            "lifeguard-testapp",
-        ])
-        .env("CARGO_TARGET_DIR", &target_dir)
-        .status()
-        .expect("cannot run cargo");
-    assert!(
-        status.success(),
-        "THIS TEST CANNOT RUN: the static build failed (rustup target add {TARGET})"
-    );
-    target_dir.join(TARGET).join("release")
 }
 
 /// A scratch image with lifeguard as ENTRYPOINT running the testapp with `app_args`.

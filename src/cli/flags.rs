@@ -28,12 +28,19 @@ pub(super) struct Cli {
           value_parser = parse_duration, allow_negative_numbers = true)]
     pub(super) drain_delay: Duration,
 
-    /// With --inflight-port: after the drain delay, hold the stop signal while requests are
-    /// in flight, up to DUR after the SIGTERM. Default: halfway from the drain delay to the
-    /// grace deadline. No effect without --inflight-port
+    /// With --inflight-port: after the drain delay, hold the stop signal until the port is
+    /// quiet (see --drain-quiet), up to DUR after the SIGTERM. Default: halfway from the
+    /// drain delay to the grace deadline. No effect without --inflight-port
     #[arg(long, env = "LIFEGUARD_DRAIN_MAX", value_name = "DUR",
           value_parser = parse_duration, allow_negative_numbers = true)]
     pub(super) drain_max: Option<Duration>,
+
+    /// With --inflight-port: the port is quiet when nothing is in flight and no new request
+    /// (a new connection, or bytes received on one) has reached it for DUR; 0 = the first
+    /// look with nothing in flight
+    #[arg(long, env = "LIFEGUARD_DRAIN_QUIET", value_name = "DUR", default_value = "1s",
+          value_parser = parse_duration, allow_negative_numbers = true)]
+    pub(super) drain_quiet: Duration,
 
     /// Deadline counted from SIGTERM (drain included); then SIGKILL. Must exceed the drain delay
     #[arg(long, env = "LIFEGUARD_GRACE", value_name = "DUR", default_value = "25s",

@@ -283,8 +283,9 @@ fn settings(
             rewrites: Rewrites::new(cli.rewrite),
             remap_exit: cli.remap_exit,
             group: !single_child,
-            // Drain until idle needs a count to wait for.
+            // Drain until quiet needs a port to watch.
             drain_max: cli.inflight_port.map(|_| drain_max),
+            drain_quiet: cli.drain_quiet,
         },
         command: cli.command,
         listen: cli.listen.unwrap_or_else(|| Listen {

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 
 use crate::board::Board;
 pub use crate::board::Outcome;
+use crate::helpers::{self, Helper};
 use crate::logging;
 use crate::metrics::Sample;
 use plan::{Datum, Plan, Reading};
@@ -116,7 +117,9 @@ pub struct Handle {
     done: std::sync::mpsc::Receiver<()>,
 }
 
-/// The publisher's side of the handle.
+/// The publisher's side of the handle (each run of the publisher, a restart after a
+/// panic included, holds a copy).
+#[derive(Clone)]
 pub struct Stopper {
     stop: Arc<tokio::sync::Notify>,
     done: std::sync::mpsc::Sender<()>,
@@ -147,14 +150,16 @@ impl Handle {
     }
 }
 
-/// Starts the publisher on a thread of its own, before the app (runtime.rs), with its
+/// Starts the publisher on a thread of its own, before the app (helpers.rs), with its
 /// own name-lookup thread for the SDK (the endpoint and the credential providers are
 /// names), so the SDK never shares the app check's. A panic inside the SDK or the
-/// publisher stops this thread only (main.rs: the panic hook), never supervision.
+/// publisher unwinds this helper alone, which starts again (helpers.rs), never
+/// supervision.
 pub fn start(config: Config, board: Arc<Board>) -> Option<Handle> {
     let (handle, stopper) = handle();
-    let started =
-        crate::runtime::spawn_thread("cloudwatch", true, move || run(config, board, stopper));
+    let started = helpers::start(Helper::CloudWatch, true, move || {
+        run(config.clone(), board.clone(), stopper.clone())
+    });
     match started {
         Ok(()) => Some(handle),
         Err(reason) => {
@@ -237,11 +242,8 @@ async fn publish(
         }
         if wants_publish && call.is_none() {
             wants_publish = false;
-            // The test build's fault: proves a panic here ends publishing only.
-            #[cfg(debug_assertions)]
-            if std::env::var_os("LIFEGUARD_TEST_PANIC_IN_PUBLISHER").is_some() {
-                panic!("injected by LIFEGUARD_TEST_PANIC_IN_PUBLISHER");
-            }
+            // The test build's fault: proves a panic here costs publishing only.
+            crate::faults::point("cloudwatch-publish");
             let batch = plan.take(Instant::now());
             if !batch.is_empty() {
                 let put = put.clone();

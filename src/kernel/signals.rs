@@ -4,7 +4,8 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::time::Duration;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use crate::signals::{self, Signal};
@@ -301,15 +302,42 @@ pub fn hear_children() {
     set_disposition(libc::SIGCHLD, libc::SIG_DFL);
 }
 
+/// What ended a wait of the supervision loop.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Woke {
+    /// Signals are waiting in the inbox.
+    pub signals: bool,
+    /// The other descriptor (a bell) is readable.
+    pub bell: bool,
+}
+
 impl SignalInbox {
-    /// Hands the inbox to the runtime's reactor so the loop can await it.
-    pub fn into_async(self) -> io::Result<tokio::io::unix::AsyncFd<SignalInbox>> {
-        // SAFETY: the inbox owns its descriptor, so it stays open and the same for as
-        // long as the AsyncFd owns the inbox, and as_raw_fd always returns it.
-        unsafe {
-            tokio::io::unix::AsyncFd::register_with_interest(self, tokio::io::Interest::READABLE)
-                .map_err(|e| e.into_parts().1)
+    /// Blocks until a signal arrives, `bell` is readable, or `timeout` has passed (None:
+    /// no timeout): the supervision loop's one wait. The timeout is rounded up to the
+    /// millisecond, so a deadline is never woken for early.
+    pub fn wait(&self, bell: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<Woke> {
+        use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+        let timeout = match timeout {
+            None => PollTimeout::NONE,
+            Some(t) => {
+                let ms = t.as_nanos().div_ceil(1_000_000);
+                PollTimeout::try_from(ms.min(i32::MAX as u128) as u64).unwrap_or(PollTimeout::MAX)
+            }
+        };
+        let mut fds = [
+            PollFd::new(self.fd.as_fd(), PollFlags::POLLIN),
+            PollFd::new(bell, PollFlags::POLLIN),
+        ];
+        match poll(&mut fds, timeout) {
+            Ok(_) => {}
+            Err(nix::errno::Errno::EINTR) => return Ok(Woke::default()),
+            Err(err) => return Err(err.into()),
         }
+        let ready = |fd: &PollFd| fd.revents().is_some_and(|r| !r.is_empty());
+        Ok(Woke {
+            signals: ready(&fds[0]),
+            bell: ready(&fds[1]),
+        })
     }
 }
 

@@ -18,10 +18,15 @@ use std::time::{Duration, Instant};
 
 use crate::board::Board;
 pub use crate::board::{Sample, Scope};
+use crate::faults;
+use crate::helpers::{self, Helper};
+use crate::lifecycle::{Look, Phase};
 use crate::logging;
 
-/// How often the sampler runs (DESIGN §5: "once a second").
+/// How often the sampler runs: once a second.
 pub const INTERVAL: Duration = Duration::from_secs(1);
+/// How often the in-flight figure is read while a drain runs, for its hold.
+pub const HOLD_INTERVAL: Duration = Duration::from_millis(100);
 /// A task metadata fetch that takes longer is given up: the next one is due.
 const METADATA_TIMEOUT: Duration = Duration::from_millis(800);
 /// Task stats older than this are not used; the cgroup stands in.
@@ -122,12 +127,13 @@ impl Derive {
     }
 }
 
-/// Starts the sampler on a thread of its own (started now, before the app: runtime.rs),
+/// Starts the sampler on a thread of its own (started now, before the app: helpers.rs),
 /// so sampling never takes a moment from supervision: the cgroup files and the
 /// sock_diag dump are synchronous reads (well under a millisecond, more with many
 /// connections on the port), and the task metadata is fetched by a task of its own with
 /// a timeout, so a hung endpoint costs the task-scope figures and nothing else. If the
-/// thread cannot start, lifeguard runs on without samples.
+/// thread cannot start, lifeguard runs on without samples (and a drain's hold, seeing
+/// no figures, does not hold).
 pub fn start(config: Config, board: Arc<Board>) {
     // The agent gives an address (169.254.170.2); a name needs the lookup thread.
     let name_lookups = config.ecs_metadata.as_deref().is_some_and(|uri| {
@@ -136,20 +142,37 @@ pub fn start(config: Config, board: Arc<Board>) {
             .and_then(|u| u.host().map(|h| crate::http_client::address(h).is_none()))
             .unwrap_or(false)
     });
-    let started = crate::runtime::spawn_thread("metrics", name_lookups, move || async move {
-        let task = config.ecs_metadata.as_deref().map(|uri| {
-            let shared = Arc::new(Mutex::new(TaskState::default()));
-            tokio::spawn(poll_task(
-                ecs::Client::new(uri, METADATA_TIMEOUT),
-                shared.clone(),
-                board.clone(),
-            ));
-            shared
-        });
-        sample_forever(config, task, board).await
+    // The task's figures outlive a restart of the sampler.
+    let task = config
+        .ecs_metadata
+        .as_ref()
+        .map(|_| Arc::new(Mutex::new(TaskState::default())));
+    let started = helpers::start(Helper::Sampler, name_lookups, move || {
+        let (config, task, board) = (config.clone(), task.clone(), board.clone());
+        async move {
+            // Aborted when this run ends, a panic included, so a restart never leaves
+            // two pollers behind.
+            let _poller = match (&config.ecs_metadata, &task) {
+                (Some(uri), Some(shared)) => Some(AbortOnDrop(tokio::spawn(poll_task(
+                    ecs::Client::new(uri, METADATA_TIMEOUT),
+                    shared.clone(),
+                    board.clone(),
+                )))),
+                _ => None,
+            };
+            sample_forever(config, task, board).await
+        }
     });
     if let Err(reason) = started {
         logging::warn(format!("metrics off: {reason}"), &[]);
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -160,16 +183,50 @@ struct TaskState {
     usage: Option<(Instant, ecs::TaskUsage)>,
 }
 
+/// Samples once a second; while a drain runs, the in-flight figure every 100 ms for the
+/// hold (the supervisor rings the sampler's bell when the phase changes, so the first
+/// of those comes at once).
 async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, board: Arc<Board>) {
     let mut cgroup = cgroup::discover();
     logging::info("metrics: sampling", &[("cgroup", &cgroup.describe())]);
     let mut inflight = config.inflight_port.map(InFlightSource::new);
+    let mut traffic = Traffic::default();
     let mut derive = Derive::default();
-    let mut ticker = tokio::time::interval(INTERVAL);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let bell = board.sampler_bell.listener();
+    let mut next_full = Instant::now();
     loop {
-        ticker.tick().await;
+        let draining = board.phase() == Phase::Draining && inflight.is_some();
+        let now = Instant::now();
+        let wait = if draining {
+            HOLD_INTERVAL.min(next_full.saturating_duration_since(now))
+        } else {
+            next_full.saturating_duration_since(now)
+        };
+        match &bell {
+            Ok(bell) => {
+                let mut ring = [0u8; 8];
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => {}
+                    _ = bell.recv(&mut ring) => {
+                        board.sampler_bell.clear();
+                    }
+                }
+            }
+            Err(_) => tokio::time::sleep(wait).await,
+        }
+        faults::point("sampler");
         let at = Instant::now();
+        let found = inflight.as_mut().map(InFlightSource::sample);
+        if let Some(found) = found {
+            board.set_traffic(traffic.next(at, found));
+        }
+        if at < next_full {
+            continue;
+        }
+        next_full += INTERVAL;
+        if next_full <= at {
+            next_full = at + INTERVAL;
+        }
         let reading = cgroup.read();
         // Each file that cannot be read costs its gauge, said once (issue #6).
         for failure in &reading.new_failures {
@@ -195,14 +252,34 @@ async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, boa
             cgroup: &reading,
             task: task_usage,
             task_limits,
-            inflight: inflight.as_mut().and_then(InFlightSource::sample),
+            inflight: found.flatten(),
         });
         board.set_sample(sample);
     }
 }
 
+/// The traffic figures the drain's hold reads: the in-flight count and when traffic
+/// was last seen. Pure.
+#[derive(Default)]
+struct Traffic {
+    last_busy: Option<Instant>,
+}
+
+impl Traffic {
+    fn next(&mut self, at: Instant, found: Option<inflight::InFlight>) -> Look {
+        if found.is_some_and(|f| f.requests > 0) {
+            self.last_busy = Some(at);
+        }
+        Look {
+            taken: at,
+            in_flight: found.map(|f| f.requests),
+            last_busy: self.last_busy,
+        }
+    }
+}
+
 /// The in-flight reader, opened at first use and again after a failure; one warning
-/// per outage. The sampler has one, and so has the supervisor for the drain's hold.
+/// per outage. The sampler owns the one there is: the hold reads its figures.
 pub struct InFlightSource {
     port: u16,
     reader: Option<inflight::InFlightReader>,

@@ -153,6 +153,23 @@ const FAMILIES: &[Family] = &[
         },
     },
     Family {
+        name: "lifeguard_drain_seconds",
+        kind: Kind::Gauge,
+        help: "How long the last drain took, from its SIGTERM to the stop signal relayed (or the app's exit).",
+        read: |s| one(s.drain_seconds),
+    },
+    Family {
+        name: "lifeguard_helper_failures_total",
+        kind: Kind::Counter,
+        help: "Panics of each helper thread (endpoint, app-check, sampler, cloudwatch); each is restarted, supervision goes on.",
+        read: |s| {
+            s.helper_failures
+                .iter()
+                .map(|(helper, n)| (vec![("helper", helper.name().to_string())], *n as f64))
+                .collect()
+        },
+    },
+    Family {
         name: "lifeguard_build_info",
         kind: Kind::Gauge,
         help: "Always 1; the version of lifeguard as a label.",
@@ -234,7 +251,7 @@ mod tests {
 
     #[test]
     fn lifecycle_families_are_always_there() {
-        let board = Board::new();
+        let board = Board::new().unwrap();
         board.set_phase(Phase::Running);
         board.set_check(AppCheck::Passing);
         board.counters.signal_forwarded(TERM);
@@ -268,7 +285,7 @@ mod tests {
 
     #[test]
     fn every_sampled_gauge_is_written_with_help_and_type() {
-        let board = Board::new();
+        let board = Board::new().unwrap();
         board.set_sample(Sample {
             taken: Some(std::time::Instant::now()),
             cpu_usage_seconds: Some(12.5),

@@ -189,21 +189,34 @@ pub fn lifeguard() -> Command {
 
 /// Starts lifeguard with `args`; `tweak` may set the environment, stdin and so on.
 pub fn start_with(mode: Mode, args: &[&str], tweak: impl FnOnce(&mut Command)) -> Run {
+    start_program(lifeguard_argv(), mode, args, tweak)
+}
+
+/// As `start_with`, for the lifeguard binary (and its runner) given by `argv`.
+pub fn start_program(
+    argv: &[String],
+    mode: Mode,
+    args: &[&str],
+    tweak: impl FnOnce(&mut Command),
+) -> Run {
     let mut cmd = match mode {
         Mode::Pid1 => {
             require_root();
             let mut c = Command::new("unshare");
-            c.args(["--pid", "--fork", "--mount-proc"])
-                .args(lifeguard_argv());
+            c.args(["--pid", "--fork", "--mount-proc"]).args(argv);
             c
         }
         Mode::Pid1HostProc => {
             require_root();
             let mut c = Command::new("unshare");
-            c.args(["--pid", "--fork"]).args(lifeguard_argv());
+            c.args(["--pid", "--fork"]).args(argv);
             c
         }
-        Mode::Subreaper => lifeguard(),
+        Mode::Subreaper => {
+            let mut c = Command::new(&argv[0]);
+            c.args(&argv[1..]);
+            c
+        }
     };
     without_inherited_settings(&mut cmd);
     // The endpoint is off unless a test asks for it with --listen (the flag wins over
@@ -598,4 +611,45 @@ pub fn wait_for_answer(port: u16, path: &str, status: u16, body: &str) {
 
 pub fn listen_flag(port: u16) -> String {
     format!("127.0.0.1:{port}")
+}
+
+// ---------------------------------------------------------------------------------------
+// Other builds of lifeguard.
+
+/// Builds lifeguard and the testapp with `cargo build ARGS` in a target directory of
+/// their own under target/ (the one `cargo test` holds is locked while tests run);
+/// returns the directory the binaries are in. `what` names the build in the failure.
+pub fn build(dir: &str, cargo_args: &[&str], what: &str) -> std::path::PathBuf {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let target_dir = root.join("target").join(dir);
+    let out = Command::new(env!("CARGO"))
+        .current_dir(root)
+        .arg("build")
+        .args(cargo_args)
+        .args(["--bin", "lifeguard", "--bin", "lifeguard-testapp"])
+        .env("CARGO_TARGET_DIR", &target_dir)
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::inherit())
+        .status()
+        .expect("cannot run cargo");
+    assert!(out.success(), "THIS TEST CANNOT RUN: {what} failed");
+    target_dir
+}
+
+/// The shipped binaries: static musl, release profile (as scripts/build-static.sh
+/// makes them), built once per test binary.
+pub const STATIC_TARGET: &str = "x86_64-unknown-linux-musl";
+
+pub fn static_binaries() -> std::path::PathBuf {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        build(
+            "container",
+            &["--release", "--locked", "--target", STATIC_TARGET],
+            &format!("the static build (rustup target add {STATIC_TARGET})"),
+        )
+        .join(STATIC_TARGET)
+        .join("release")
+    })
+    .clone()
 }

@@ -1,0 +1,75 @@
+//! Fault injection for the tests: with the cargo feature `fault-injection` (never in a
+//! release binary; tests/faults.rs checks), `LIFEGUARD_FAULT` makes a helper panic or
+//! hang at a named point, to prove that no helper can take PID 1 down or slow it down.
+//! Without the feature every point compiles to nothing.
+//!
+//! `LIFEGUARD_FAULT=point[:N|:hang],...`: panic at `point` every time, the first N
+//! times, or hang there for good. The points: `endpoint-request` (answering a request),
+//! `endpoint-accept` (the accept loop), `app-check`, `sampler`, `cloudwatch-publish`,
+//! `log-locked` (a helper's log line, inside the logging lock).
+#![forbid(unsafe_code)]
+
+/// Marks a place where a test may inject a fault.
+#[cfg(not(feature = "fault-injection"))]
+#[inline(always)]
+pub fn point(_name: &str) {}
+
+#[cfg(feature = "fault-injection")]
+pub fn point(name: &str) {
+    use std::sync::atomic::Ordering;
+    let Some(fault) = armed().iter().find(|f| f.point == name) else {
+        return;
+    };
+    match fault.times {
+        Times::Hang => loop {
+            std::thread::park();
+        },
+        Times::Always => panic!("injected fault at {name}"),
+        Times::First(ref left) => {
+            if left
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
+                .is_ok()
+            {
+                panic!("injected fault at {name}");
+            }
+        }
+    }
+}
+
+#[cfg(feature = "fault-injection")]
+enum Times {
+    Always,
+    First(std::sync::atomic::AtomicU32),
+    Hang,
+}
+
+#[cfg(feature = "fault-injection")]
+struct Fault {
+    point: String,
+    times: Times,
+}
+
+#[cfg(feature = "fault-injection")]
+fn armed() -> &'static [Fault] {
+    static ARMED: std::sync::OnceLock<Vec<Fault>> = std::sync::OnceLock::new();
+    ARMED.get_or_init(|| {
+        let spec = std::env::var("LIFEGUARD_FAULT").unwrap_or_default();
+        spec.split(',')
+            .filter(|s| !s.is_empty())
+            .map(|entry| {
+                let (point, times) = match entry.split_once(':') {
+                    None => (entry, Times::Always),
+                    Some((point, "hang")) => (point, Times::Hang),
+                    Some((point, n)) => (
+                        point,
+                        Times::First(std::sync::atomic::AtomicU32::new(n.parse().unwrap_or(1))),
+                    ),
+                };
+                Fault {
+                    point: point.to_string(),
+                    times,
+                }
+            })
+            .collect()
+    })
+}

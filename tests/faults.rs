@@ -1,0 +1,380 @@
+//! No helper can take PID 1 down or slow it down (issue #15), shown in the shipped
+//! configuration: a build with the release profile's panic strategy and code
+//! generation, plus the `fault-injection` feature, whose helpers panic or hang at named
+//! points (LIFEGUARD_FAULT; src/faults.rs). For each fault, lifeguard as PID 1 still
+//! gets a signal to the app within 100 ms, still drains and relays on SIGTERM, still
+//! kills at the grace deadline, and exits with the app's status. The shipped release
+//! binary itself carries no fault points. And the endpoint survives a storm of
+//! malformed, random, oversized and smuggling-shaped requests.
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use common::cloudwatch::Emulator;
+use common::*;
+
+/// The fault-injection build of lifeguard: release profile without LTO
+/// (`[profile.faults]`), `--features fault-injection`.
+fn faulty() -> &'static [String] {
+    static ARGV: OnceLock<Vec<String>> = OnceLock::new();
+    ARGV.get_or_init(|| {
+        let dir = build(
+            "faults",
+            &["--profile", "faults", "--locked", "--features", "fault-injection"],
+            "the fault-injection build",
+        );
+        vec![dir.join("faults").join("lifeguard").display().to_string()]
+    })
+}
+
+const DRAIN: Duration = Duration::from_secs(1);
+const GRACE: Duration = Duration::from_secs(6);
+
+/// lifeguard (fault-injection build) as PID 1 with `fault` armed, a 1 s drain and a 6 s
+/// grace, supervising a testapp that ignores SIGTERM (so the deadline must kill it).
+fn start_faulty(fault: &str, flags: &[&str], env: &[(&str, String)]) -> Run {
+    let mut all = vec!["-v", "--drain-delay", "1s", "--grace", "6s"];
+    all.extend_from_slice(flags);
+    let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+    let fault = fault.to_string();
+    let run = start_program(
+        faulty(),
+        Mode::Pid1,
+        &args(&all, &["--exit-on", "none"]),
+        move |cmd| {
+            cmd.env("LIFEGUARD_FAULT", &fault);
+            for (k, v) in &env {
+                cmd.env(k, v);
+            }
+        },
+    );
+    run.ready();
+    run
+}
+
+/// How long a signal takes from the test's kill() to the app's line, the median of
+/// three (each sent after the last arrived).
+fn signal_latency(run: &Run) -> Duration {
+    let count = |run: &Run| run.stdout().iter().filter(|l| *l == "signal USR1").count();
+    let mut times: Vec<Duration> = (0..3)
+        .map(|_| {
+            let before = count(run);
+            let sent = Instant::now();
+            run.signal(libc::SIGUSR1);
+            wait_until("USR1 at the app", || (count(run) > before).then_some(()));
+            sent.elapsed()
+        })
+        .collect();
+    times.sort();
+    times[1]
+}
+
+/// What must hold whatever a helper did: signals reach the app within 100 ms, SIGTERM
+/// drains then relays (within `relay_within` of the SIGTERM), the grace deadline kills
+/// the app that ignored it, and lifeguard exits with the app's status (137, SIGKILL).
+fn still_supervises(mut run: Run, what: &str, relay_within: Duration) {
+    let latency = signal_latency(&run);
+    assert!(
+        latency <= Duration::from_millis(100),
+        "{what}: a signal took {latency:?} to reach the app\n{}",
+        run.transcript()
+    );
+    let term = Instant::now();
+    run.signal(libc::SIGTERM);
+    run.expect_line("signal TERM");
+    let relayed = term.elapsed();
+    assert!(
+        relayed >= DRAIN && relayed <= relay_within,
+        "{what}: the stop signal was relayed after {relayed:?} (drain {DRAIN:?}, \
+         expected by {relay_within:?})\n{}",
+        run.transcript()
+    );
+    let code = run.wait_exit();
+    let ended = term.elapsed();
+    assert_eq!(code, 137, "{what}: exit status\n{}", run.transcript());
+    assert!(
+        ended >= GRACE && ended < GRACE + Duration::from_secs(2),
+        "{what}: the deadline killed after {ended:?}, grace {GRACE:?}\n{}",
+        run.transcript()
+    );
+}
+
+/// The value of `series` (name and labels as written) in `/metrics`.
+fn metric(port: u16, series: &str) -> Option<f64> {
+    let (status, body) = request(port, "GET", "/metrics").ok()?;
+    if status != 200 {
+        return None;
+    }
+    body.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+fn failures_of(port: u16, helper: &str) -> Option<f64> {
+    metric(
+        port,
+        &format!("lifeguard_helper_failures_total{{helper=\"{helper}\"}}"),
+    )
+}
+
+#[test]
+fn a_panic_in_the_endpoints_accept_loop_restarts_the_endpoint() {
+    let port = free_port();
+    let run = start_faulty("endpoint-accept:1", &["--listen", &listen_flag(port)], &[]);
+    // The first connection makes the accept loop panic: that one gets nothing.
+    assert!(
+        request(port, "GET", "/livez").map_or(true, |(status, _)| status != 200),
+        "the first request should meet the panic"
+    );
+    run.expect_log("panic in the endpoint helper");
+    run.expect_log("endpoint restarts in");
+    // Restarted in place on the same socket: a container is not restarted for it.
+    wait_for_answer(port, "/livez", 200, "alive");
+    wait_until("the failure counted", || {
+        (failures_of(port, "endpoint")? == 1.0).then_some(())
+    });
+    still_supervises(run, "endpoint-accept", DRAIN + Duration::from_millis(500));
+}
+
+#[test]
+fn a_panic_answering_a_request_costs_that_request() {
+    let port = free_port();
+    let run = start_faulty("endpoint-request:3", &["--listen", &listen_flag(port)], &[]);
+    for _ in 0..3 {
+        let answer = request(port, "GET", "/readyz");
+        assert!(
+            answer.as_ref().map_or(true, |(status, _)| *status != 200),
+            "{answer:?}"
+        );
+    }
+    run.expect_log("panic in the endpoint helper");
+    // The endpoint never went away: the next request is answered.
+    assert_eq!(get(port, "/livez"), (200, "alive".to_string()));
+    assert_eq!(failures_of(port, "endpoint"), Some(3.0));
+    still_supervises(run, "endpoint-request", DRAIN + Duration::from_millis(500));
+}
+
+#[test]
+fn a_panicking_app_check_leaves_the_app_starting_and_supervised() {
+    let port = free_port();
+    let app_port = free_port();
+    let run = start_faulty(
+        "app-check",
+        &[
+            "--listen",
+            &listen_flag(port),
+            "--ready-tcp",
+            &listen_flag(app_port),
+        ],
+        &[],
+    );
+    run.expect_log("panic in the app-check helper");
+    run.expect_log("app-check restarts in");
+    assert_eq!(get(port, "/readyz"), (503, "starting".to_string()));
+    assert!(failures_of(port, "app-check").unwrap() >= 1.0);
+    still_supervises(run, "app-check", DRAIN + Duration::from_millis(500));
+}
+
+#[test]
+fn a_panicking_sampler_never_holds_the_stop() {
+    // The drain's hold reads the sampler's figures; with none coming it relays after
+    // LOOK_STALE (1 s) past the drain delay, long before --drain-max (3.5 s).
+    let port = free_port();
+    let app_port = free_port();
+    let run = start_faulty(
+        "sampler",
+        &[
+            "--listen",
+            &listen_flag(port),
+            "--inflight-port",
+            &app_port.to_string(),
+        ],
+        &[],
+    );
+    run.expect_log("panic in the sampler helper");
+    wait_until("the failure counted", || {
+        (failures_of(port, "sampler")? >= 1.0).then_some(())
+    });
+    still_supervises(run, "sampler", DRAIN + Duration::from_millis(1500));
+}
+
+#[test]
+fn a_hung_sampler_never_holds_the_stop() {
+    let app_port = free_port();
+    let run = start_faulty("sampler:hang", &["--inflight-port", &app_port.to_string()], &[]);
+    still_supervises(run, "sampler:hang", DRAIN + Duration::from_millis(1500));
+}
+
+#[test]
+fn a_helper_that_panics_holding_the_logging_lock_never_stalls_supervision() {
+    // The first helper to log (-v: the sampler says what it samples) panics inside the
+    // lock the helpers share; supervision logs through a queue of its own.
+    let port = free_port();
+    let run = start_faulty("log-locked:1", &["--listen", &listen_flag(port)], &[]);
+    let said = run.expect_log("injected fault at log-locked");
+    assert!(said.contains("helper"), "{said}");
+    run.signal(libc::SIGHUP);
+    run.expect_log("signal received signal=SIGHUP");
+    still_supervises(run, "log-locked", DRAIN + Duration::from_millis(500));
+}
+
+#[test]
+fn a_panicking_publisher_leaves_supervision_running() {
+    let emulator = Emulator::start();
+    let env = [
+        ("METRICS_NAMESPACE", format!("LifeguardTest/faults-{}", std::process::id())),
+        ("METRICS_INTERVAL", "1".to_string()),
+        ("AWS_ENDPOINT_URL_CLOUDWATCH", emulator.url()),
+        ("AWS_REGION", "us-east-1".to_string()),
+        ("AWS_ACCESS_KEY_ID", "AKIDLIFEGUARDTEST".to_string()),
+        ("AWS_SECRET_ACCESS_KEY", "test".to_string()),
+        ("AWS_EC2_METADATA_DISABLED", "true".to_string()),
+        ("AWS_CONFIG_FILE", "/nonexistent".to_string()),
+        ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent".to_string()),
+    ];
+    let port = free_port();
+    let run = start_faulty("cloudwatch-publish", &["--listen", &listen_flag(port)], &env);
+    run.expect_log("panic in the cloudwatch helper");
+    wait_until("the failure counted", || {
+        (failures_of(port, "cloudwatch")? >= 1.0).then_some(())
+    });
+    still_supervises(run, "cloudwatch-publish", DRAIN + Duration::from_millis(500));
+}
+
+#[test]
+fn the_shipped_binary_carries_no_fault_points() {
+    // The check can fail: the fault-injection build does carry them.
+    let marker = b"LIFEGUARD_FAULT";
+    let contains = |path: &str| {
+        let bytes = std::fs::read(path).unwrap();
+        bytes.windows(marker.len()).any(|w| w == marker)
+    };
+    assert!(contains(&faulty()[0]), "the fault build lacks its marker");
+    let shipped = static_binaries().join("lifeguard");
+    assert!(
+        !contains(&shipped.display().to_string()),
+        "{} contains fault injection",
+        shipped.display()
+    );
+    // And it is the shipped configuration: it unwinds (the panic strategy the helpers'
+    // isolation needs). The unwinding runtime's own message is the mark of it; the
+    // fault build has it too.
+    let unwinds = |path: &str| {
+        let mark = b"Rust cannot catch foreign exceptions";
+        let bytes = std::fs::read(path).unwrap();
+        bytes.windows(mark.len()).any(|w| w == mark)
+    };
+    assert!(unwinds(&shipped.display().to_string()), "the shipped binary aborts on panic");
+    assert!(unwinds(&faulty()[0]));
+}
+
+/// Requests no endpoint should choke on: malformed, random, oversized, and shaped like
+/// request smuggling (conflicting or duplicated lengths, chunked trickery, obsolete
+/// line folding, bare CRs, NULs). `seed` varies the random ones.
+fn hostile_request(i: usize, seed: &mut u64) -> Vec<u8> {
+    let mut random = |n: usize| -> Vec<u8> {
+        (0..n)
+            .map(|_| {
+                // xorshift64: deterministic per seed, no crate needed.
+                *seed ^= *seed << 13;
+                *seed ^= *seed >> 7;
+                *seed ^= *seed << 17;
+                (*seed & 0xff) as u8
+            })
+            .collect()
+    };
+    match i % 16 {
+        0 => random(1 + i % 700),
+        1 => b"GET /readyz HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\nContent-Length: 6\r\n\r\nhello!".to_vec(),
+        2 => b"POST /metrics HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\nContent-Length: 4\r\n\r\n0\r\n\r\nGET /livez HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+        3 => b"GET /livez HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked, identity\r\n\r\nffffffffffffffff\r\n".to_vec(),
+        4 => {
+            let mut v = b"GET /".to_vec();
+            v.extend(std::iter::repeat_n(b'a', 70_000));
+            v.extend(b" HTTP/1.1\r\n\r\n");
+            v
+        }
+        5 => {
+            let mut v = b"GET /readyz HTTP/1.1\r\n".to_vec();
+            for n in 0..3000 {
+                v.extend(format!("X-H{n}: {}\r\n", "v".repeat(20)).as_bytes());
+            }
+            v.extend(b"\r\n");
+            v
+        }
+        6 => b"GET /readyz HTTP/1.1\r\nHost: x\r\n folded: header\r\n\r\n".to_vec(),
+        7 => b"GET /readyz HTTP/1.1\rHost: x\r\r\r".to_vec(),
+        8 => b"GET /re\0adyz HTTP/1.1\r\nHost: \0\r\n\r\n".to_vec(),
+        9 => b"GET /livez HTTP/9.9\r\n\r\n".to_vec(),
+        10 => b"\r\n\r\n\r\n\r\nGET /livez HTTP/1.1\r\n\r\n".to_vec(),
+        11 => b"GET http://evil.example/../../metrics HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
+        12 => {
+            let mut v = b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n".repeat(50);
+            v.extend(random(64));
+            v
+        }
+        13 => b"POST /readyz HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n".to_vec(),
+        14 => b"GET /readyz HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n5;ext=\"\r\n\r\n".to_vec(),
+        _ => {
+            let mut v = b"GET /metrics HTTP/1.1\r\n".to_vec();
+            v.extend(random(200));
+            v
+        }
+    }
+}
+
+#[test]
+fn the_endpoint_survives_a_storm_of_hostile_requests() {
+    // The fault-injection build with no fault armed: the shipped panic strategy.
+    let port = free_port();
+    let run = start_faulty("", &["--listen", &listen_flag(port)], &[]);
+    wait_for_answer(port, "/readyz", 200, "ready");
+    let clients = 8;
+    let per_client = 150;
+    let sent: usize = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..clients)
+            .map(|c| {
+                s.spawn(move || {
+                    let mut seed = 0x9e37_79b9_7f4a_7c15 ^ (c as u64 + 1);
+                    let mut sent = 0;
+                    for i in 0..per_client {
+                        let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
+                            continue;
+                        };
+                        let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+                        let _ = stream.set_write_timeout(Some(Duration::from_secs(2)));
+                        let bytes = hostile_request(i + c * per_client, &mut seed);
+                        // Half of them in dribbles, half at once; some hang up early.
+                        if i % 2 == 0 {
+                            for chunk in bytes.chunks(1 + i % 97) {
+                                if stream.write_all(chunk).is_err() {
+                                    break;
+                                }
+                            }
+                        } else {
+                            let _ = stream.write_all(&bytes);
+                        }
+                        if i % 5 != 0 {
+                            let mut answer = [0u8; 4096];
+                            let _ = stream.read(&mut answer);
+                        }
+                        sent += 1;
+                    }
+                    sent
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).sum()
+    });
+    assert!(sent >= 1000, "only {sent} hostile requests went out");
+    // Alive, answering, and still supervising.
+    assert_eq!(get(port, "/livez"), (200, "alive".to_string()));
+    assert_eq!(get(port, "/readyz"), (200, "ready".to_string()));
+    let (status, body) = get(port, "/metrics");
+    assert_eq!(status, 200);
+    assert!(body.contains("lifeguard_build_info"), "{body}");
+    assert_eq!(failures_of(port, "endpoint"), Some(0.0), "{body}");
+    still_supervises(run, "hostile requests", DRAIN + Duration::from_millis(500));
+}
