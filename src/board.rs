@@ -91,6 +91,9 @@ pub struct Counters {
     /// is shown until publishing is on.
     cloudwatch: [AtomicU64; 4],
     cloudwatch_on: AtomicBool,
+    /// Connections lifeguard's own endpoint accepted: the drain's quiet rule tells them
+    /// from the app's.
+    endpoint_accepted: AtomicU64,
 }
 
 /// Everything a reader needs, read at one instant.
@@ -145,6 +148,7 @@ impl Board {
                 metadata_failures: AtomicU64::new(0),
                 cloudwatch: std::array::from_fn(|_| AtomicU64::new(0)),
                 cloudwatch_on: AtomicBool::new(false),
+                endpoint_accepted: AtomicU64::new(0),
             },
             supervisor_bell: Bell::new()?,
             sampler_bell: Bell::new()?,
@@ -206,7 +210,10 @@ impl Board {
     /// The app check's field. Its first pass wakes supervision (Starting → Running).
     pub fn set_check(&self, verdict: AppCheck) {
         let passing = verdict == AppCheck::Passing;
-        *self.check.lock().unwrap_or_else(std::sync::PoisonError::into_inner) = verdict;
+        *self
+            .check
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = verdict;
         if passing && !self.check_passed.swap(true, Ordering::AcqRel) {
             self.supervisor_bell.ring();
         }
@@ -263,6 +270,14 @@ impl Counters {
         if let Some(slot) = self.forwarded.get(signal.0 as usize) {
             slot.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    pub fn endpoint_accept(&self) {
+        self.endpoint_accepted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn endpoint_accepted(&self) -> u64 {
+        self.endpoint_accepted.load(Ordering::Relaxed)
     }
 
     pub fn zombie_reaped(&self) {
@@ -398,7 +413,10 @@ mod tests {
         };
         assert!(!rung(&board.supervisor_bell));
         board.set_check(AppCheck::Failing("no".into()));
-        assert!(!rung(&board.supervisor_bell), "a failure is no news to supervision");
+        assert!(
+            !rung(&board.supervisor_bell),
+            "a failure is no news to supervision"
+        );
         board.set_check(AppCheck::Passing);
         assert!(rung(&board.supervisor_bell) && board.check_passed());
         board.supervisor_bell.clear();

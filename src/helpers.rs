@@ -119,7 +119,11 @@ where
                     backoff = FIRST_BACKOFF;
                 }
                 logging::warn(
-                    format!("{} restarts in {}", helper.name(), humantime::format_duration(backoff)),
+                    format!(
+                        "{} restarts in {}",
+                        helper.name(),
+                        humantime::format_duration(backoff)
+                    ),
                     &[],
                 );
                 std::thread::sleep(backoff);

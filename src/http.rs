@@ -91,6 +91,7 @@ async fn serve(listener: TcpListener, board: Arc<Board>, cap: usize) {
                 continue;
             }
         };
+        board.counters.endpoint_accept();
         faults::point("endpoint-accept");
         let _ = stream.set_nodelay(true);
         let (id, close) = lock(&registry).admit();

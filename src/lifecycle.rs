@@ -142,7 +142,10 @@ pub enum DrainEnd {
 pub enum Action {
     /// Send to the app (its group, or the child alone). `relay` marks the stop signal
     /// relayed at the end of the drain, for the log.
-    Forward { signal: Signal, relay: bool },
+    Forward {
+        signal: Signal,
+        relay: bool,
+    },
     /// The app has exited: signal what is left of its group and every other descendant;
     /// `spare_app_group` when the group already got the stop signal.
     SignalRemaining {
@@ -154,7 +157,9 @@ pub enum Action {
     /// Read the sampler's latest traffic figures and answer with `Event::Traffic`.
     LookAtTraffic,
     /// The drain delay is over and the port is not quiet: the stop signal is held.
-    HoldBegan { in_flight: u64 },
+    HoldBegan {
+        in_flight: u64,
+    },
     /// The drain is over, `after` its SIGTERM, for `why`; `in_flight` as last seen.
     DrainOver {
         after: Duration,
@@ -188,7 +193,10 @@ enum State {
     },
     /// Stop signal relayed; waiting for the app. After `killed`, `kill_at` is when
     /// lifeguard gives up waiting for it.
-    Stopping { kill_at: Instant, killed: bool },
+    Stopping {
+        kill_at: Instant,
+        killed: bool,
+    },
     /// The app has exited with `code`; waiting for the rest of what it started.
     Reaping {
         code: u8,
@@ -361,8 +369,7 @@ impl Lifecycle {
     /// The hold's rule: relay at the first look that finds the port quiet — nothing in
     /// flight and no new request for `drain_quiet` — or whose figures cannot be had.
     fn on_traffic(&mut self, look: Option<Look>, now: Instant, actions: &mut Vec<Action>) {
-        let State::Holding { since, told, .. } = self.state
-        else {
+        let State::Holding { since, told, .. } = self.state else {
             return; // an answer that came after the hold ended
         };
         // Only figures taken during the hold count: an older sample may predate a
@@ -708,7 +715,13 @@ mod tests {
                 (5.0, Tick, vec![LookAtTraffic], Phase::Draining, Some(5.1)),
                 // A figure from before the hold does not count: a request may have come
                 // since.
-                (5.0, look(4.5, Some(0), None), vec![], Phase::Draining, Some(5.1)),
+                (
+                    5.0,
+                    look(4.5, Some(0), None),
+                    vec![],
+                    Phase::Draining,
+                    Some(5.1),
+                ),
                 (5.1, Tick, vec![LookAtTraffic], Phase::Draining, Some(5.2)),
                 (
                     5.1,
@@ -718,7 +731,13 @@ mod tests {
                     Some(25.0),
                 ),
                 // A late answer changes nothing.
-                (5.2, look(5.15, Some(4), Some(5.15)), vec![], Phase::Stopping, Some(25.0)),
+                (
+                    5.2,
+                    look(5.15, Some(4), Some(5.15)),
+                    vec![],
+                    Phase::Stopping,
+                    Some(25.0),
+                ),
             ],
         );
     }
@@ -740,13 +759,37 @@ mod tests {
                     Some(5.1),
                 ),
                 (5.1, Tick, vec![LookAtTraffic], Phase::Draining, Some(5.2)),
-                (5.1, look(5.1, Some(1), Some(5.1)), vec![], Phase::Draining, Some(5.2)),
+                (
+                    5.1,
+                    look(5.1, Some(1), Some(5.1)),
+                    vec![],
+                    Phase::Draining,
+                    Some(5.2),
+                ),
                 // SIGINT is never held; other signals pass as ever.
-                (5.15, Event::Signal(INT), vec![fwd(INT)], Phase::Draining, Some(5.2)),
+                (
+                    5.15,
+                    Event::Signal(INT),
+                    vec![fwd(INT)],
+                    Phase::Draining,
+                    Some(5.2),
+                ),
                 (5.2, Tick, vec![LookAtTraffic], Phase::Draining, Some(5.3)),
-                (5.2, look(5.2, Some(0), Some(5.1)), vec![], Phase::Draining, Some(5.3)),
+                (
+                    5.2,
+                    look(5.2, Some(0), Some(5.1)),
+                    vec![],
+                    Phase::Draining,
+                    Some(5.3),
+                ),
                 (6.0, Tick, vec![LookAtTraffic], Phase::Draining, Some(6.1)),
-                (6.0, look(6.0, Some(0), Some(5.1)), vec![], Phase::Draining, Some(6.1)),
+                (
+                    6.0,
+                    look(6.0, Some(0), Some(5.1)),
+                    vec![],
+                    Phase::Draining,
+                    Some(6.1),
+                ),
                 (6.1, Tick, vec![LookAtTraffic], Phase::Draining, Some(6.2)),
                 // Quiet for the whole --drain-quiet: relay.
                 (
@@ -802,7 +845,13 @@ mod tests {
                     Phase::Draining,
                     Some(10.1),
                 ),
-                (10.0, look(9.5, Some(0), Some(1.0)), vec![], Phase::Draining, Some(10.1)),
+                (
+                    10.0,
+                    look(9.5, Some(0), Some(1.0)),
+                    vec![],
+                    Phase::Draining,
+                    Some(10.1),
+                ),
                 (10.1, Tick, vec![LookAtTraffic], Phase::Draining, Some(10.2)),
                 (
                     10.1,
@@ -829,8 +878,20 @@ mod tests {
                     Phase::Draining,
                     Some(5.1),
                 ),
-                (14.95, Tick, vec![LookAtTraffic], Phase::Draining, Some(15.0)),
-                (14.95, look(14.9, Some(1), Some(14.9)), vec![], Phase::Draining, Some(15.0)),
+                (
+                    14.95,
+                    Tick,
+                    vec![LookAtTraffic],
+                    Phase::Draining,
+                    Some(15.0),
+                ),
+                (
+                    14.95,
+                    look(14.9, Some(1), Some(14.9)),
+                    vec![],
+                    Phase::Draining,
+                    Some(15.0),
+                ),
                 (
                     15.0,
                     Tick,
@@ -889,7 +950,13 @@ mod tests {
                     Phase::Exited,
                     Some(25.0),
                 ),
-                (7.0, look(7.0, Some(0), None), vec![], Phase::Exited, Some(25.0)),
+                (
+                    7.0,
+                    look(7.0, Some(0), None),
+                    vec![],
+                    Phase::Exited,
+                    Some(25.0),
+                ),
                 (7.0, NoChildrenLeft, vec![Exit(137)], Phase::Exited, None),
             ],
         );
@@ -921,9 +988,21 @@ mod tests {
             vec![
                 (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
                 (5.0, Tick, vec![LookAtTraffic], Phase::Draining, Some(5.1)),
-                (5.0, Event::Traffic(None), vec![], Phase::Draining, Some(5.1)),
+                (
+                    5.0,
+                    Event::Traffic(None),
+                    vec![],
+                    Phase::Draining,
+                    Some(5.1),
+                ),
                 (5.9, Tick, vec![LookAtTraffic], Phase::Draining, Some(6.0)),
-                (5.9, look(3.0, Some(3), Some(3.0)), vec![], Phase::Draining, Some(6.0)),
+                (
+                    5.9,
+                    look(3.0, Some(3), Some(3.0)),
+                    vec![],
+                    Phase::Draining,
+                    Some(6.0),
+                ),
                 (6.0, Tick, vec![LookAtTraffic], Phase::Draining, Some(6.1)),
                 (
                     6.0,
@@ -969,11 +1048,22 @@ mod tests {
                 (
                     30.0,
                     Tick,
-                    vec![LookAtTraffic, over(30.0, DrainMax, None), relay(TERM), KillAll],
+                    vec![
+                        LookAtTraffic,
+                        over(30.0, DrainMax, None),
+                        relay(TERM),
+                        KillAll,
+                    ],
                     Phase::Stopping,
                     Some(32.0),
                 ),
-                (30.0, look(30.0, Some(5), Some(30.0)), vec![], Phase::Stopping, Some(32.0)),
+                (
+                    30.0,
+                    look(30.0, Some(5), Some(30.0)),
+                    vec![],
+                    Phase::Stopping,
+                    Some(32.0),
+                ),
             ],
         );
     }
@@ -1006,7 +1096,13 @@ mod tests {
             vec![
                 (0.0, Event::Signal(HUP), vec![], Phase::Starting, None),
                 (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
-                (5.0, Tick, vec![over(5.0, Delay, None), relay(QUIT)], Phase::Stopping, Some(25.0)),
+                (
+                    5.0,
+                    Tick,
+                    vec![over(5.0, Delay, None), relay(QUIT)],
+                    Phase::Stopping,
+                    Some(25.0),
+                ),
             ],
         );
     }

@@ -1,29 +1,39 @@
-//! Drain until idle (DESIGN §3, issue #8): with `--inflight-port`, the stop signal waits
-//! for the requests in flight, checked every 100 ms, up to `--drain-max`. The app here
-//! is a web server that dies on SIGTERM (no handler), so whatever is in flight when the
-//! signal reaches it is lost: only the hold can save it.
+//! Drain until quiet (issue #18, README "Drain until quiet"): with `--inflight-port`,
+//! past the drain delay the stop signal waits until the port is quiet — nothing in
+//! flight and no new request for `--drain-quiet` — up to `--drain-max`. The app here is
+//! the testapp's web server; where it dies on SIGTERM (no handler), whatever is in
+//! flight when the signal reaches it is lost: only the hold can save it.
+//!
+//! Each test runs in a network namespace of its own, as a pod or an awsvpc task does:
+//! the quiet rule reads the namespace's passive-open counter, which every other test
+//! moves on the host's.
 mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::haproxy::*;
+use common::netns::in_own_netns;
 use common::*;
 
-/// lifeguard (PID 1) in front of the testapp's web server that dies on SIGTERM, with a
-/// 1 s drain and in-flight counting on the app's port.
-fn start_server(extra: &[&str], keep_alive: bool) -> (Run, u16) {
+/// lifeguard (PID 1) in front of the testapp's web server, with a 1 s drain (unless
+/// `extra` sets one) and
+/// in-flight counting on the app's port; `die` makes the app's SIGTERM fatal at once.
+fn start_server(extra: &[&str], keep_alive: bool, die: bool) -> (Run, u16) {
     let app_port = free_port();
     let app_port_text = app_port.to_string();
-    let mut flags = vec![
-        "-v",
-        "--drain-delay",
-        "1s",
-        "--inflight-port",
-        &app_port_text,
-    ];
+    let mut flags = vec!["-v", "--inflight-port", &app_port_text];
+    if !extra.contains(&"--drain-delay") {
+        flags.extend(["--drain-delay", "1s"]);
+    }
     flags.extend_from_slice(extra);
-    let mut app_args = vec!["--http", &app_port_text, "--die-on-term"];
+    let mut app_args = vec!["--http", &app_port_text];
+    if die {
+        app_args.push("--die-on-term");
+    }
     if keep_alive {
         app_args.push("--keep-alive");
     }
@@ -48,86 +58,139 @@ fn answer(mut stream: TcpStream) -> String {
     text
 }
 
+/// The drain must have read real figures: a hold that relayed because it could not
+/// count would pass every timing here for the wrong reason.
+fn figures_were_read(run: &Run) {
+    assert!(
+        !run.stderr()
+            .iter()
+            .any(|l| l.contains("in-flight figures unavailable") || l.contains("cannot count")),
+        "the drain ran blind\n{}",
+        run.transcript()
+    );
+}
+
 #[test]
-fn a_request_in_flight_at_the_stop_completes_and_the_exit_follows_it() {
+fn a_request_in_flight_at_the_stop_completes_and_the_stop_follows_once_quiet() {
     if skipped_under_emulation(NO_SOCK_DIAG_UNDER_EMULATION) {
         return;
     }
-    let (mut run, app_port) = start_server(&[], false);
-    let stream = request_in_flight(&run, app_port, "/slow/3000");
-    let term_at = Instant::now();
-    run.signal(libc::SIGTERM);
-    let reply = answer(stream);
-    let answered = term_at.elapsed();
-    assert!(
-        reply.starts_with("HTTP/1.1 200"),
-        "the request was lost: {reply:?}\n{}",
-        run.transcript()
-    );
-    // The app got SIGTERM only once idle, and died of it at once (128 + 15).
-    run.expect_exit(143);
-    let exited = term_at.elapsed();
-    let lag = exited - answered;
-    assert!(
-        lag < Duration::from_millis(600),
-        "exit {lag:?} after the answer (sampling every 100 ms)\n{}",
-        run.transcript()
-    );
-    assert!(
-        answered >= Duration::from_millis(2900),
-        "answered after {answered:?}"
-    );
-    let held = run.expect_log("holding the stop signal");
-    assert!(held.contains("in_flight=1"), "{held}");
-    run.expect_log("no request in flight: hold over");
-    eprintln!("answered {answered:?} after SIGTERM, exit {lag:?} later");
+    in_own_netns(|| {
+        let (mut run, app_port) = start_server(&[], false, true);
+        let stream = request_in_flight(&run, app_port, "/slow/3000");
+        let term_at = Instant::now();
+        run.signal(libc::SIGTERM);
+        let reply = answer(stream);
+        let answered = term_at.elapsed();
+        assert!(
+            reply.starts_with("HTTP/1.1 200"),
+            "the request was lost: {reply:?}\n{}",
+            run.transcript()
+        );
+        // The app got SIGTERM once the port had been quiet for --drain-quiet (1 s),
+        // and died of it at once (128 + 15).
+        run.expect_exit(143);
+        let lag = term_at.elapsed() - answered;
+        assert!(
+            lag >= Duration::from_millis(900) && lag < Duration::from_millis(1700),
+            "stopped {lag:?} after the answer; --drain-quiet is 1 s\n{}",
+            run.transcript()
+        );
+        assert!(
+            answered >= Duration::from_millis(2900),
+            "answered after {answered:?}"
+        );
+        let held = run.expect_log("holding the stop signal");
+        assert!(held.contains("in_flight=1"), "{held}");
+        let quiet = run.expect_log("the port is quiet: drain over");
+        assert!(quiet.contains("quiet_for="), "{quiet}");
+        figures_were_read(&run);
+    });
 }
 
 #[test]
 fn an_idle_app_stops_at_the_drain_delay_even_with_a_keep_alive_connection_open() {
-    let (mut run, app_port) = start_server(&[], true);
-    // One answered request on a connection left open: idle, not in flight.
-    let mut idle = request_in_flight(&run, app_port, "/");
-    let mut buf = [0u8; 256];
-    let n = idle.read(&mut buf).unwrap();
-    assert!(String::from_utf8_lossy(&buf[..n]).contains("hello"));
-    let term_at = Instant::now();
-    run.signal(libc::SIGTERM);
-    run.expect_exit(143);
-    let took = term_at.elapsed();
-    assert!(
-        took >= Duration::from_secs(1) && took < Duration::from_millis(1600),
-        "stopped {took:?} after SIGTERM, the drain delay is 1 s\n{}",
-        run.transcript()
-    );
-    assert!(
-        !run.stderr().iter().any(|l| l.contains("holding")),
-        "an idle connection held the stop\n{}",
-        run.transcript()
-    );
-    drop(idle);
+    in_own_netns(|| {
+        let (mut run, app_port) = start_server(&[], true, true);
+        // One answered request on a connection left open: idle, not in flight.
+        let mut idle = request_in_flight(&run, app_port, "/");
+        let mut buf = [0u8; 256];
+        let n = idle.read(&mut buf).unwrap();
+        assert!(String::from_utf8_lossy(&buf[..n]).contains("hello"));
+        // Quiet for longer than --drain-quiet by the end of the drain delay.
+        std::thread::sleep(Duration::from_millis(200));
+        let term_at = Instant::now();
+        run.signal(libc::SIGTERM);
+        run.expect_exit(143);
+        let took = term_at.elapsed();
+        assert!(
+            took >= Duration::from_secs(1) && took < Duration::from_millis(1600),
+            "stopped {took:?} after SIGTERM, the drain delay is 1 s\n{}",
+            run.transcript()
+        );
+        assert!(
+            !run.stderr().iter().any(|l| l.contains("holding")),
+            "an idle connection held the stop\n{}",
+            run.transcript()
+        );
+        if !emulated() {
+            run.expect_log("the port is quiet: drain over");
+            figures_were_read(&run);
+        }
+        drop(idle);
+    });
 }
 
 #[test]
-fn a_request_longer_than_drain_max_is_cut_there() {
+fn with_no_drain_delay_an_idle_port_stops_within_drain_quiet() {
     if skipped_under_emulation(NO_SOCK_DIAG_UNDER_EMULATION) {
         return;
     }
-    let (mut run, app_port) = start_server(&["--drain-max", "2s", "--grace", "10s"], false);
-    let stream = request_in_flight(&run, app_port, "/slow/8000");
-    let term_at = Instant::now();
-    run.signal(libc::SIGTERM);
-    run.expect_exit(143);
-    let took = term_at.elapsed();
-    assert!(
-        took >= Duration::from_secs(2) && took < Duration::from_millis(2700),
-        "stopped {took:?} after SIGTERM, --drain-max is 2 s\n{}",
-        run.transcript()
-    );
-    let capped = run.expect_log("--drain-max reached");
-    assert!(capped.contains("in_flight=1"), "{capped}");
-    // The app died with the request: the client gets no answer.
-    assert_eq!(answer(stream), "");
+    // ECS behind a load balancer: the target is deregistered before the task is
+    // stopped, so the traffic has already stopped when SIGTERM comes.
+    in_own_netns(|| {
+        let (mut run, _) = start_server(&["--drain-delay", "0"], false, true);
+        let term_at = Instant::now();
+        run.signal(libc::SIGTERM);
+        run.expect_exit(143);
+        let took = term_at.elapsed();
+        assert!(
+            took < Duration::from_millis(1300),
+            "stopped {took:?} after SIGTERM: --drain-quiet (1 s) + 0.3 s at most\n{}",
+            run.transcript()
+        );
+        run.expect_log("the port is quiet: drain over");
+        figures_were_read(&run);
+    });
+}
+
+#[test]
+fn a_request_longer_than_drain_max_is_cut_there_with_a_warning() {
+    if skipped_under_emulation(NO_SOCK_DIAG_UNDER_EMULATION) {
+        return;
+    }
+    in_own_netns(|| {
+        let (mut run, app_port) =
+            start_server(&["--drain-max", "2s", "--grace", "10s"], false, true);
+        let stream = request_in_flight(&run, app_port, "/slow/8000");
+        let term_at = Instant::now();
+        run.signal(libc::SIGTERM);
+        run.expect_exit(143);
+        let took = term_at.elapsed();
+        assert!(
+            took >= Duration::from_secs(2) && took < Duration::from_millis(2700),
+            "stopped {took:?} after SIGTERM, --drain-max is 2 s\n{}",
+            run.transcript()
+        );
+        let capped = run.expect_log("--drain-max reached with requests still in flight");
+        assert!(
+            capped.contains("warning:") && capped.contains("in_flight=1"),
+            "{capped}"
+        );
+        // The app died with the request: the client gets no answer.
+        assert_eq!(answer(stream), "");
+        figures_were_read(&run);
+    });
 }
 
 #[test]
@@ -135,17 +198,159 @@ fn a_second_sigterm_during_the_hold_relays_at_once() {
     if skipped_under_emulation(NO_SOCK_DIAG_UNDER_EMULATION) {
         return;
     }
-    let (mut run, app_port) = start_server(&[], false);
-    let _stream = request_in_flight(&run, app_port, "/slow/8000");
-    run.signal(libc::SIGTERM);
-    run.expect_log("holding the stop signal");
-    let second_at = Instant::now();
-    run.signal(libc::SIGTERM);
-    run.expect_exit(143);
-    assert!(
-        second_at.elapsed() < Duration::from_millis(500),
-        "{:?}",
-        second_at.elapsed()
+    in_own_netns(|| {
+        let (mut run, app_port) = start_server(&[], false, true);
+        let _stream = request_in_flight(&run, app_port, "/slow/8000");
+        run.signal(libc::SIGTERM);
+        run.expect_log("holding the stop signal");
+        let second_at = Instant::now();
+        run.signal(libc::SIGTERM);
+        run.expect_exit(143);
+        assert!(
+            second_at.elapsed() < Duration::from_millis(500),
+            "{:?}",
+            second_at.elapsed()
+        );
+        let cut = run.expect_log("second SIGTERM: drain cut short");
+        assert!(cut.contains("in_flight=1"), "{cut}");
+    });
+}
+
+#[test]
+fn the_last_drain_shows_in_metrics_and_says_why_it_ended() {
+    if skipped_under_emulation(NO_SOCK_DIAG_UNDER_EMULATION) {
+        return;
+    }
+    in_own_netns(|| {
+        let port = free_port();
+        let listen = listen_flag(port);
+        let idle_port = free_port().to_string();
+        // The app lingers 3 s after SIGTERM, so /metrics can be read after the drain.
+        let mut run = start(
+            Mode::Pid1,
+            &args(
+                &[
+                    "--listen",
+                    &listen,
+                    "--drain-delay",
+                    "0",
+                    "--inflight-port",
+                    &idle_port,
+                ],
+                &["--linger", "3000"],
+            ),
+        );
+        run.ready();
+        let (_, before) = get(port, "/metrics");
+        assert!(!before.contains("lifeguard_drain_seconds "), "{before}");
+        run.signal(libc::SIGTERM);
+        run.expect_line("signal TERM");
+        let seconds: f64 = wait_until("lifeguard_drain_seconds", || {
+            let (_, body) = request(port, "GET", "/metrics").ok()?;
+            body.lines()
+                .find_map(|l| l.strip_prefix("lifeguard_drain_seconds ")?.parse().ok())
+        });
+        assert!(
+            (0.0..1.3).contains(&seconds),
+            "the drain took {seconds} s by /metrics"
+        );
+        // The app handles SIGTERM and exits 0 after its linger.
+        run.expect_exit(0);
+    });
+}
+
+/// Two backends under lifeguard behind HAProxy, whose health check (lifeguard's
+/// `/readyz`, every 1 s, 4 failures to take a server out) is several seconds slower
+/// than the 1 s drain delay; `balance first` keeps every request on the first backend
+/// until it is taken out. A client sends one request every 700 ms through HAProxy
+/// while the first backend is stopped; its app closes its port on SIGTERM. Returns
+/// (requests, failed).
+fn stop_behind_a_slow_balancer(drain_quiet: &str) -> (u64, u64) {
+    in_own_netns(|| {
+        let backend = || {
+            let port = free_port();
+            let check = free_port();
+            let port_text = port.to_string();
+            let listen = listen_flag(check);
+            let run = start(
+                Mode::Pid1,
+                &args(
+                    &[
+                        "-v",
+                        "--listen",
+                        &listen,
+                        "--drain-delay",
+                        "1s",
+                        "--grace",
+                        "20s",
+                        "--drain-quiet",
+                        drain_quiet,
+                        "--inflight-port",
+                        &port_text,
+                    ],
+                    &["--http", &port_text],
+                ),
+            );
+            run.ready();
+            wait_for_answer(check, "/readyz", 200, "ready");
+            (run, port, check)
+        };
+        let (mut stopped, stopped_port, stopped_check) = backend();
+        let (_kept, kept_port, kept_check) = backend();
+        let lb = Balancer::start_with(
+            &[(stopped_port, stopped_check), (kept_port, kept_check)],
+            "/readyz",
+            Checks {
+                inter: "1s",
+                fall: 4,
+                balance: "first",
+            },
+        );
+        wait_until("HAProxy to serve", || fetch(lb.port, "/").then_some(()));
+        let done = Arc::new(AtomicBool::new(false));
+        let (sent, failed) = (Arc::new(AtomicU64::new(0)), Arc::new(AtomicU64::new(0)));
+        let client = {
+            let (done, sent, failed, port) = (done.clone(), sent.clone(), failed.clone(), lb.port);
+            // In the scene's namespace: a thread started here is.
+            std::thread::spawn(move || {
+                let until = Instant::now() + Duration::from_secs(40);
+                while !done.load(Ordering::SeqCst) && Instant::now() < until {
+                    sent.fetch_add(1, Ordering::SeqCst);
+                    if !fetch(port, "/") {
+                        failed.fetch_add(1, Ordering::SeqCst);
+                    }
+                    std::thread::sleep(Duration::from_millis(700));
+                }
+            })
+        };
+        // Traffic reaches the first backend before the stop.
+        stopped.expect_line("request /");
+        stopped.signal(libc::SIGTERM);
+        let _ = stopped.wait_exit();
+        // And goes on a while after it: what the balancer still sends to the stopped
+        // backend fails now.
+        std::thread::sleep(Duration::from_millis(2500));
+        done.store(true, Ordering::SeqCst);
+        client.join().unwrap();
+        (sent.load(Ordering::SeqCst), failed.load(Ordering::SeqCst))
+    })
+}
+
+#[test]
+fn the_drain_waits_for_the_balancer_to_stop_sending_where_one_quiet_sample_does_not() {
+    if skipped_under_emulation(NO_SOCK_DIAG_UNDER_EMULATION) {
+        return;
+    }
+    let (sent, failed) = stop_behind_a_slow_balancer("1s");
+    let (old_sent, old_failed) = stop_behind_a_slow_balancer("0");
+    eprintln!(
+        "behind HAProxy (checks every 1 s, 4 to fail), one request every 700 ms: \
+         --drain-quiet 1s lost {failed} of {sent}; --drain-quiet 0 lost {old_failed} of {old_sent}"
     );
-    run.expect_log("second SIGTERM: hold over");
+    assert_eq!(failed, 0, "requests failed under the quiet rule");
+    assert!(sent >= 8, "too little traffic to tell: {sent}");
+    assert!(
+        old_failed >= 1,
+        "one quiet sample lost nothing: the setup cannot tell the rules apart"
+    );
 }

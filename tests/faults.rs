@@ -23,7 +23,13 @@ fn faulty() -> &'static [String] {
     ARGV.get_or_init(|| {
         let dir = build(
             "faults",
-            &["--profile", "faults", "--locked", "--features", "fault-injection"],
+            &[
+                "--profile",
+                "faults",
+                "--locked",
+                "--features",
+                "fault-injection",
+            ],
             "the fault-injection build",
         );
         vec![dir.join("faults").join("lifeguard").display().to_string()]
@@ -38,7 +44,10 @@ const GRACE: Duration = Duration::from_secs(6);
 fn start_faulty(fault: &str, flags: &[&str], env: &[(&str, String)]) -> Run {
     let mut all = vec!["-v", "--drain-delay", "1s", "--grace", "6s"];
     all.extend_from_slice(flags);
-    let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.clone())).collect();
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
     let fault = fault.to_string();
     let run = start_program(
         faulty(),
@@ -203,7 +212,11 @@ fn a_panicking_sampler_never_holds_the_stop() {
 #[test]
 fn a_hung_sampler_never_holds_the_stop() {
     let app_port = free_port();
-    let run = start_faulty("sampler:hang", &["--inflight-port", &app_port.to_string()], &[]);
+    let run = start_faulty(
+        "sampler:hang",
+        &["--inflight-port", &app_port.to_string()],
+        &[],
+    );
     still_supervises(run, "sampler:hang", DRAIN + Duration::from_millis(1500));
 }
 
@@ -224,7 +237,10 @@ fn a_helper_that_panics_holding_the_logging_lock_never_stalls_supervision() {
 fn a_panicking_publisher_leaves_supervision_running() {
     let emulator = Emulator::start();
     let env = [
-        ("METRICS_NAMESPACE", format!("LifeguardTest/faults-{}", std::process::id())),
+        (
+            "METRICS_NAMESPACE",
+            format!("LifeguardTest/faults-{}", std::process::id()),
+        ),
         ("METRICS_INTERVAL", "1".to_string()),
         ("AWS_ENDPOINT_URL_CLOUDWATCH", emulator.url()),
         ("AWS_REGION", "us-east-1".to_string()),
@@ -235,12 +251,20 @@ fn a_panicking_publisher_leaves_supervision_running() {
         ("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent".to_string()),
     ];
     let port = free_port();
-    let run = start_faulty("cloudwatch-publish", &["--listen", &listen_flag(port)], &env);
+    let run = start_faulty(
+        "cloudwatch-publish",
+        &["--listen", &listen_flag(port)],
+        &env,
+    );
     run.expect_log("panic in the cloudwatch helper");
     wait_until("the failure counted", || {
         (failures_of(port, "cloudwatch")? >= 1.0).then_some(())
     });
-    still_supervises(run, "cloudwatch-publish", DRAIN + Duration::from_millis(500));
+    still_supervises(
+        run,
+        "cloudwatch-publish",
+        DRAIN + Duration::from_millis(500),
+    );
 }
 
 #[test]
@@ -266,7 +290,10 @@ fn the_shipped_binary_carries_no_fault_points() {
         let bytes = std::fs::read(path).unwrap();
         bytes.windows(mark.len()).any(|w| w == mark)
     };
-    assert!(unwinds(&shipped.display().to_string()), "the shipped binary aborts on panic");
+    assert!(
+        unwinds(&shipped.display().to_string()),
+        "the shipped binary aborts on panic"
+    );
     assert!(unwinds(&faulty()[0]));
 }
 

@@ -64,9 +64,15 @@ fn the_readme_build_section_names_every_build_package() {
         .take_while(|w| !w.is_empty() && !w.contains("rustup"))
         .collect();
     let missing: Vec<_> = build.difference(&install).collect();
-    assert!(missing.is_empty(), "README's apt-get install line lacks {missing:?}");
+    assert!(
+        missing.is_empty(),
+        "README's apt-get install line lacks {missing:?}"
+    );
     let extra: Vec<_> = install.difference(&build).collect();
-    assert!(extra.is_empty(), "README installs {extra:?}, which the list does not have");
+    assert!(
+        extra.is_empty(),
+        "README installs {extra:?}, which the list does not have"
+    );
 }
 
 #[test]
@@ -83,16 +89,27 @@ fn the_readme_test_paragraph_names_every_test_package() {
 #[test]
 fn every_group_the_scripts_ask_for_exists() {
     let groups: BTreeSet<String> = listed().into_iter().map(|(g, _)| g).collect();
-    for script in ["scripts/test.sh", "scripts/build-static.sh", "scripts/test-aarch64.sh", "bench/run-all.sh"] {
+    for script in [
+        "scripts/test.sh",
+        "scripts/build-static.sh",
+        "scripts/test-aarch64.sh",
+        "bench/run-all.sh",
+    ] {
         let text = std::fs::read_to_string(root().join(script)).unwrap();
         let calls: Vec<&str> = text
             .lines()
             .filter_map(|l| l.trim().strip_prefix("scripts/packages.sh "))
             .collect();
-        assert!(!calls.is_empty(), "{script} installs nothing through scripts/packages.sh");
+        assert!(
+            !calls.is_empty(),
+            "{script} installs nothing through scripts/packages.sh"
+        );
         for call in calls {
             for group in call.split_whitespace() {
-                assert!(groups.contains(group), "{script} asks for the unknown group {group}");
+                assert!(
+                    groups.contains(group),
+                    "{script} asks for the unknown group {group}"
+                );
             }
         }
     }

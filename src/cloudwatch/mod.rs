@@ -17,6 +17,7 @@ pub mod plan;
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -115,6 +116,7 @@ fn reading(sample: &Sample) -> Reading {
 pub struct Handle {
     stop: Arc<tokio::sync::Notify>,
     done: std::sync::mpsc::Receiver<()>,
+    running: Arc<AtomicBool>,
 }
 
 /// The publisher's side of the handle (each run of the publisher, a restart after a
@@ -123,30 +125,55 @@ pub struct Handle {
 pub struct Stopper {
     stop: Arc<tokio::sync::Notify>,
     done: std::sync::mpsc::Sender<()>,
+    running: Arc<AtomicBool>,
 }
 
 pub fn handle() -> (Handle, Stopper) {
     let stop = Arc::new(tokio::sync::Notify::new());
     let (done_tx, done) = std::sync::mpsc::channel();
+    let running = Arc::new(AtomicBool::new(false));
     (
         Handle {
             stop: stop.clone(),
             done,
+            running: running.clone(),
         },
         Stopper {
             stop,
             done: done_tx,
+            running,
         },
     )
 }
 
 impl Handle {
-    /// At exit: one last publish, bounded; returns at once if the publisher is gone.
+    /// At exit: one last publish, bounded; returns at once if the publisher is not
+    /// running (gone, or waiting to be started again after a panic).
     pub fn flush(self) {
+        if !self.running.load(Ordering::Acquire) {
+            return;
+        }
         self.stop.notify_one();
         let _ = self
             .done
             .recv_timeout(FLUSH_LIMIT + Duration::from_millis(200));
+    }
+}
+
+/// Says the publisher runs while it lives; cleared however its run ends, a panic
+/// included.
+struct Running(Arc<AtomicBool>);
+
+impl Running {
+    fn new(flag: Arc<AtomicBool>) -> Running {
+        flag.store(true, Ordering::Release);
+        Running(flag)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 
@@ -172,7 +199,12 @@ pub fn start(config: Config, board: Arc<Board>) -> Option<Handle> {
 /// Connects and publishes until told to flush.
 async fn run(config: Config, board: Arc<Board>, stopper: Stopper) {
     board.counters.cloudwatch_on();
-    let Stopper { stop, done } = stopper;
+    let Stopper {
+        stop,
+        done,
+        running,
+    } = stopper;
+    let _running = Running::new(running);
     match client::Client::connect(&config).await {
         Ok(client) => publish(config, board, Arc::new(client), stop).await,
         Err(reason) => logging::error(format!("CloudWatch publishing off: {reason}"), &[]),

@@ -17,6 +17,8 @@ pub use process::{
     become_subreaper, has_children, is_pid1, own_pid, reap_one, send, set_parent_death_signal,
     signal_everything_in_namespace, spawn_app, Reaped,
 };
-pub use signals::{hear_children, reblock_every_signal, signal_pending, Received, SignalInbox, Woke};
+pub use signals::{
+    hear_children, reblock_every_signal, signal_pending, Received, SignalInbox, Woke,
+};
 pub use stdio::{guard_standard_descriptors, QuickStderr};
 pub use terminal::{app_stopped, release_terminal, restore_terminal, stop_with_app, AppTerminal};

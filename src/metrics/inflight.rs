@@ -53,6 +53,9 @@ pub struct SockRecord {
     pub rqueue: u32,
     /// A listener: its backlog. Else: bytes sent, not yet acknowledged.
     pub wqueue: u32,
+    /// The kernel's socket cookie: the same socket keeps it from the accept queue to
+    /// its close, and no other socket has it meanwhile.
+    pub cookie: u64,
     pub info: Option<TcpInfoFields>,
 }
 
@@ -84,6 +87,45 @@ pub fn count(sockets: &[SockRecord]) -> InFlight {
     InFlight {
         requests: accept_queue.unwrap_or(0) + outstanding,
         accept_queue,
+    }
+}
+
+/// What reached the port between two dumps (the drain's "quiet" rule, issue #18):
+/// connections the previous dump did not have, and whether bytes came in on one it had.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Arrived {
+    pub connections: u64,
+    pub bytes: bool,
+}
+
+/// Compares a dump with the previous one (`seen`: each connection's cookie and bytes
+/// received, updated in place). The first dump (`seen` empty and `first`) is the
+/// baseline: nothing counts as arrived. A connection that opened and closed between two
+/// dumps is not here: the namespace's passive-open counter tells of it (metrics/mod.rs).
+pub fn arrivals(
+    seen: &mut std::collections::HashMap<u64, u64>,
+    first: bool,
+    sockets: &[SockRecord],
+) -> Arrived {
+    let mut arrived = Arrived::default();
+    let mut now = std::collections::HashMap::with_capacity(sockets.len());
+    for socket in sockets {
+        if !matches!(socket.state, TCP_ESTABLISHED | TCP_CLOSE_WAIT) {
+            continue;
+        }
+        let received = socket.info.map_or(0, |i| i.bytes_received);
+        match seen.get(&socket.cookie) {
+            None => arrived.connections += 1,
+            Some(before) if received > *before => arrived.bytes = true,
+            Some(_) => {}
+        }
+        now.insert(socket.cookie, received);
+    }
+    *seen = now;
+    if first {
+        Arrived::default()
+    } else {
+        arrived
     }
 }
 
@@ -224,6 +266,8 @@ fn parse_socket(payload: &[u8], port: u16) -> io::Result<Option<SockRecord>> {
         inode: header.inode,
         rqueue: header.recv_queue,
         wqueue: header.send_queue,
+        // Two host-order u32s in the kernel; only equality matters here.
+        cookie: u64::from_ne_bytes(header.socket_id.cookie),
         info,
     }))
 }
@@ -483,6 +527,11 @@ impl InFlightReader {
         Ok(count(&self.records))
     }
 
+    /// The sockets of the last sample's dump.
+    pub fn records(&self) -> &[SockRecord] {
+        &self.records
+    }
+
     fn dump_all(&mut self, deadline: Instant) -> io::Result<()> {
         if self.socket.is_none() {
             self.socket = Some(open_socket()?);
@@ -544,6 +593,7 @@ mod tests {
             inode: 7,
             rqueue,
             wqueue: 128,
+            cookie: 1,
             info: None,
         }
     }
@@ -554,7 +604,51 @@ mod tests {
             inode,
             rqueue,
             wqueue: 0,
+            cookie: 100 + u64::from(inode),
             info: Some(info),
+        }
+    }
+
+    #[test]
+    fn arrivals_table() {
+        let mut seen = std::collections::HashMap::new();
+        let conn = |cookie: u64, received: u64| SockRecord {
+            cookie,
+            ..connection(TCP_ESTABLISHED, 9, 0, info(received, 10, 5, 5))
+        };
+        let arrived = |connections, bytes| Arrived { connections, bytes };
+        // (dump, first, what arrived since the previous dump)
+        let rows: Vec<(Vec<SockRecord>, bool, Arrived)> = vec![
+            (vec![listening(0), conn(1, 50)], true, arrived(0, false)),
+            (vec![listening(0), conn(1, 50)], false, arrived(0, false)),
+            // Bytes on a known connection: a request on a keep-alive connection.
+            (vec![listening(0), conn(1, 90)], false, arrived(0, true)),
+            // A new connection, with or without bytes yet.
+            (vec![conn(1, 90), conn(2, 0)], false, arrived(1, false)),
+            (
+                vec![conn(1, 90), conn(2, 0), conn(3, 40)],
+                false,
+                arrived(1, false),
+            ),
+            // One closed: nothing arrived.
+            (vec![conn(2, 0), conn(3, 40)], false, arrived(0, false)),
+            // A queued one (no inode yet) is a connection too; listeners are not.
+            (
+                vec![
+                    listening(1),
+                    conn(2, 0),
+                    conn(3, 40),
+                    SockRecord {
+                        inode: 0,
+                        ..conn(4, 0)
+                    },
+                ],
+                false,
+                arrived(1, false),
+            ),
+        ];
+        for (i, (dump, first, want)) in rows.into_iter().enumerate() {
+            assert_eq!(arrivals(&mut seen, first, &dump), want, "row {i}");
         }
     }
 
@@ -688,6 +782,7 @@ mod tests {
                         inode: 9,
                         rqueue: 5,
                         wqueue: 0,
+                        cookie: 9,
                         info: None,
                     },
                     SockRecord {
@@ -695,6 +790,7 @@ mod tests {
                         inode: 10,
                         rqueue: 0,
                         wqueue: 0,
+                        cookie: 10,
                         info: None,
                     },
                 ],
@@ -1125,7 +1221,7 @@ mod tests {
                 ..i
             });
         }
-        records.sort_by_key(|r| (r.state, r.inode, r.rqueue, r.wqueue));
+        records.sort_by_key(|r| (r.state, r.inode, r.rqueue, r.wqueue, r.cookie));
         records
     }
 

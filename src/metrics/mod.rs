@@ -11,8 +11,10 @@
 pub mod cgroup;
 pub mod ecs;
 pub mod inflight;
+pub mod netstat;
 pub mod prometheus;
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -217,8 +219,16 @@ async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, boa
         faults::point("sampler");
         let at = Instant::now();
         let found = inflight.as_mut().map(InFlightSource::sample);
-        if let Some(found) = found {
-            board.set_traffic(traffic.next(at, found));
+        if let (Some(found), Some(source)) = (found, &inflight) {
+            // The namespace's counter first, lifeguard's own accepts after: an accept in
+            // between makes the look busy, never quiet (Traffic::next).
+            let passive_opens = netstat::read().passive_opens;
+            board.set_traffic(traffic.next(PortLook {
+                at,
+                found: found.map(|f| (f, source.records())),
+                passive_opens,
+                own_accepts: board.counters.endpoint_accepted(),
+            }));
         }
         if at < next_full {
             continue;
@@ -259,20 +269,58 @@ async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, boa
 }
 
 /// The traffic figures the drain's hold reads: the in-flight count and when traffic
-/// was last seen. Pure.
+/// last reached the port. Pure: fed each look at the port.
 #[derive(Default)]
 struct Traffic {
     last_busy: Option<Instant>,
+    /// Each connection's cookie and bytes received at the last look.
+    seen: HashMap<u64, u64>,
+    looked: bool,
+    /// The namespace's passive opens and lifeguard's own endpoint's accepts at the last
+    /// look.
+    opens: Option<(u64, u64)>,
+}
+
+/// One look at the port: the dump's figures and sockets (None: it failed), the
+/// namespace's passive opens (None: unreadable) and lifeguard's own endpoint's accepts
+/// so far.
+struct PortLook<'a> {
+    at: Instant,
+    found: Option<(inflight::InFlight, &'a [inflight::SockRecord])>,
+    passive_opens: Option<u64>,
+    own_accepts: u64,
 }
 
 impl Traffic {
-    fn next(&mut self, at: Instant, found: Option<inflight::InFlight>) -> Look {
-        if found.is_some_and(|f| f.requests > 0) {
-            self.last_busy = Some(at);
+    /// The port is busy at this look when a request is in flight, a connection is new,
+    /// bytes came in on one, or the namespace accepted more connections than the port's
+    /// new ones and lifeguard's own endpoint's account for (one that opened and closed
+    /// between two looks). A race between the counter and the endpoint's accept can only
+    /// make a look busy, never hide a request: it costs at most one `--drain-quiet`.
+    fn next(&mut self, look: PortLook) -> Look {
+        let Some((found, sockets)) = look.found else {
+            return Look {
+                taken: look.at,
+                in_flight: None,
+                last_busy: self.last_busy,
+            };
+        };
+        let arrived = inflight::arrivals(&mut self.seen, !self.looked, sockets);
+        let opened_elsewhere = match (self.opens, look.passive_opens) {
+            (Some((opens, own)), Some(now)) if self.looked => {
+                let explained = arrived.connections + look.own_accepts.saturating_sub(own);
+                now.saturating_sub(opens) > explained
+            }
+            _ => false,
+        };
+        self.opens = look.passive_opens.map(|n| (n, look.own_accepts));
+        self.looked = true;
+        if found.requests > 0 || arrived.connections > 0 || arrived.bytes || opened_elsewhere {
+            self.last_busy = Some(look.at);
         }
         Look {
-            taken: at,
-            in_flight: found.map(|f| f.requests),
+            taken: look.at,
+            in_flight: Some(found.requests),
             last_busy: self.last_busy,
         }
     }
@@ -293,6 +341,11 @@ impl InFlightSource {
             reader: None,
             failing: false,
         }
+    }
+
+    /// The sockets of the last sample (empty when it failed).
+    pub fn records(&self) -> &[inflight::SockRecord] {
+        self.reader.as_ref().map_or(&[], |r| r.records())
     }
 
     /// The count now; None when it cannot be read (already said).
@@ -451,6 +504,89 @@ mod tests {
             (s.requests_in_flight, s.accept_queue_length),
             (Some(7), Some(3))
         );
+    }
+
+    #[test]
+    fn traffic_is_busy_on_requests_new_connections_bytes_and_unexplained_opens() {
+        use inflight::{InFlight, SockRecord, TcpInfoFields};
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let conn = |cookie: u64, received: u64| SockRecord {
+            state: 1, // TCP_ESTABLISHED
+            inode: 9,
+            rqueue: 0,
+            wqueue: 0,
+            cookie,
+            info: Some(TcpInfoFields {
+                bytes_received: received,
+                bytes_sent: 10,
+                last_data_recv_ms: 9,
+                last_data_sent_ms: 3,
+            }),
+        };
+        let idle = InFlight {
+            requests: 0,
+            accept_queue: Some(0),
+        };
+        let busy = InFlight {
+            requests: 2,
+            accept_queue: Some(1),
+        };
+        let mut traffic = Traffic::default();
+        let mut look = |ms, found: Option<(InFlight, &[SockRecord])>, opens, own| {
+            traffic.next(PortLook {
+                at: at(ms),
+                found,
+                passive_opens: opens,
+                own_accepts: own,
+            })
+        };
+        let keep = [conn(1, 100)];
+        // The first look is the baseline: an idle connection already there is no news.
+        assert_eq!(look(0, Some((idle, &keep)), Some(50), 3).last_busy, None);
+        assert_eq!(look(100, Some((idle, &keep)), Some(50), 3).last_busy, None);
+        // Bytes on it: a request came and went between two looks.
+        let more = [conn(1, 180)];
+        assert_eq!(
+            look(200, Some((idle, &more)), Some(50), 3).last_busy,
+            Some(at(200))
+        );
+        // A request in flight.
+        let got = look(300, Some((busy, &more)), Some(50), 3);
+        assert_eq!((got.in_flight, got.last_busy), (Some(2), Some(at(300))));
+        // A new connection: it explains its own passive open.
+        let two = [conn(1, 180), conn(2, 0)];
+        assert_eq!(
+            look(400, Some((idle, &two)), Some(51), 3).last_busy,
+            Some(at(400))
+        );
+        // lifeguard's own endpoint (a health check) explains the next open: quiet.
+        assert_eq!(
+            look(500, Some((idle, &two)), Some(52), 4).last_busy,
+            Some(at(400))
+        );
+        // An open nothing explains: a connection opened and closed between two looks.
+        assert_eq!(
+            look(600, Some((idle, &two)), Some(53), 4).last_busy,
+            Some(at(600))
+        );
+        // The endpoint's accept seen before the counter moved: never quiet-making debt.
+        assert_eq!(
+            look(700, Some((idle, &two)), Some(53), 5).last_busy,
+            Some(at(600))
+        );
+        assert_eq!(
+            look(800, Some((idle, &two)), Some(55), 5).last_busy,
+            Some(at(800))
+        );
+        // No counter: the port's own figures still tell.
+        assert_eq!(
+            look(900, Some((idle, &two)), None, 5).last_busy,
+            Some(at(800))
+        );
+        // A failed dump: no figure, last traffic kept.
+        let failed = look(1000, None, Some(55), 5);
+        assert_eq!((failed.in_flight, failed.last_busy), (None, Some(at(800))));
     }
 
     #[test]

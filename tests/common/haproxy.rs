@@ -29,11 +29,34 @@ pub struct Balancer {
     pub port: u16,
 }
 
+/// How HAProxy's active health checks run: every `inter`, `fall` failures in a row
+/// take a server out.
+#[derive(Clone, Copy)]
+/// `balance` is HAProxy's algorithm: `roundrobin`, or `first` (every request to the
+/// first server up, so it keeps getting all of them until it is taken out).
+pub struct Checks {
+    pub inter: &'static str,
+    pub fall: u32,
+    pub balance: &'static str,
+}
+
+/// As an ALB's fastest: every 500 ms, one failure takes the server out.
+pub const QUICK_CHECKS: Checks = Checks {
+    inter: "500ms",
+    fall: 1,
+    balance: "roundrobin",
+};
+
 impl Balancer {
     /// Round robin over `servers` (app port, port HAProxy checks); `/slow/4000` always
     /// goes to the first (the one the test stops), so the long request is in flight
     /// where the stop happens.
     pub fn start(servers: &[(u16, u16)], check_path: &str) -> Balancer {
+        Balancer::start_with(servers, check_path, QUICK_CHECKS)
+    }
+
+    /// As `start`, with the health checks' timing given.
+    pub fn start_with(servers: &[(u16, u16)], check_path: &str, checks: Checks) -> Balancer {
         let haproxy = installed("haproxy");
         let dir = std::env::temp_dir().join(format!(
             "lifeguard-haproxy-{}-{}",
@@ -54,9 +77,12 @@ impl Balancer {
              defaults\n  mode http\n  timeout connect 1s\n  timeout client 10s\n  timeout server 10s\n  \
              retries 0\n  option http-server-close\n\
              frontend web\n  bind 127.0.0.1:{port}\n  default_backend app\n\
-             backend app\n  balance roundrobin\n  option httpchk GET {check_path}\n  \
-             default-server inter 500ms fall 1 rise 1\n  \
-             use-server s0 if {{ path_beg /slow/4000 }}\n{servers}"
+             backend app\n  balance {balance}\n  option httpchk GET {check_path}\n  \
+             default-server inter {inter} fall {fall} rise 1\n  \
+             use-server s0 if {{ path_beg /slow/4000 }}\n{servers}",
+            inter = checks.inter,
+            fall = checks.fall,
+            balance = checks.balance,
         );
         std::fs::write(dir.join("haproxy.cfg"), config).unwrap();
         let child = Command::new(haproxy)

@@ -6,6 +6,7 @@
 pub mod cloudwatch;
 pub mod ecs;
 pub mod haproxy;
+pub mod netns;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
