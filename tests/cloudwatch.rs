@@ -1,12 +1,18 @@
-//! CloudWatch publishing (DESIGN §5, issue #7) against a real CloudWatch emulator:
-//! moto (PyPI) behind tests/support/cloudwatch_front.py, which speaks the Rust SDK's
-//! Smithy RPC-v2 CBOR, records every datum as sent, and injects faults. Every rule of
-//! the contract is checked on what arrives: cadence, dimensions, resolution, units,
-//! rounding, the statistic set, the quiet start, bursts and their 3-second floor, and
-//! the outages, each with a signal still forwarded at once and the exit on time.
+//! CloudWatch publishing (issues #7, #16) against a real CloudWatch emulator: moto
+//! (PyPI) behind tests/support/cloudwatch_front.py, which speaks the Rust SDK's Smithy
+//! RPC-v2 CBOR, records every datum as sent, and injects faults. Every rule of the
+//! contract is checked on what arrives: cadence, dimensions, resolution, units,
+//! rounding, RequestsInFlight as raw samples whose p50 is the median lifeguard sampled
+//! under a load that changes inside the interval, the quiet start, bursts and their
+//! 3-second floor, and the outages, each with a signal still forwarded at once and the
+//! exit on time.
 mod common;
 
-use std::net::TcpListener;
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::cloudwatch::*;
@@ -65,7 +71,7 @@ fn queued(n: usize) -> (TcpListener, Vec<std::net::TcpStream>) {
 }
 
 #[test]
-fn every_interval_a_high_resolution_statistic_set_with_the_dimensions() {
+fn every_interval_high_resolution_raw_samples_with_the_dimensions() {
     let emulator = Emulator::start();
     let ns = namespace("cadence");
     let (listener, _clients) = queued(3);
@@ -95,16 +101,267 @@ fn every_interval_a_high_resolution_statistic_set_with_the_dimensions() {
             datum["dimensions"],
             serde_json::json!({"ClusterName": "test", "ServiceName": "web"})
         );
-        // The interval's 1-second samples: 3 in flight (queued) each time.
-        let stats = &datum["statistic_values"];
-        let n = stats["SampleCount"].as_f64().unwrap();
-        assert!((1.0..=3.0).contains(&n), "{stats}");
-        assert_eq!(stats["Sum"].as_f64().unwrap(), 3.0 * n, "{stats}");
+        // The interval's 1-second samples as raw values: 3 in flight (queued) each
+        // time, so one value and how often it was sampled.
+        assert!(datum["statistic_values"].is_null(), "{datum}");
+        assert_eq!(datum["values"], serde_json::json!([3.0]), "{datum}");
+        let n = datum["counts"][0].as_f64().unwrap();
+        assert!((1.0..=3.0).contains(&n), "{datum}");
+    }
+    drop(run);
+}
+
+/// An app port the test controls: every connection carries one HTTP request, which the
+/// app side accepts and leaves unread until the test answers it, so the requests in
+/// flight on the port are exactly the ones held. (Unread bytes on an accepted
+/// connection are how lifeguard sees a request outstanding, from the kernel.)
+struct HeldRequests {
+    listener: TcpListener,
+    /// (the client's end, the app's end) of each request in flight.
+    held: Vec<(TcpStream, TcpStream)>,
+}
+
+impl HeldRequests {
+    fn new() -> HeldRequests {
+        HeldRequests {
+            listener: TcpListener::bind("127.0.0.1:0").unwrap(),
+            held: Vec::new(),
+        }
+    }
+
+    fn port(&self) -> u16 {
+        self.listener.local_addr().unwrap().port()
+    }
+
+    /// Sends or answers requests until `n` are in flight.
+    fn hold(&mut self, n: usize) {
+        while self.held.len() < n {
+            let mut client = TcpStream::connect(("127.0.0.1", self.port())).unwrap();
+            client
+                .write_all(b"GET /slow HTTP/1.1\r\nHost: app\r\n\r\n")
+                .unwrap();
+            let (app, _) = self.listener.accept().unwrap();
+            self.held.push((client, app));
+        }
+        while self.held.len() > n {
+            let (mut client, mut app) = self.held.pop().unwrap();
+            let mut request = Vec::new();
+            let mut buf = [0u8; 256];
+            while !request.ends_with(b"\r\n\r\n") {
+                let got = app.read(&mut buf).unwrap();
+                assert!(got > 0, "the client went away");
+                request.extend_from_slice(&buf[..got]);
+            }
+            app.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+                .unwrap();
+            drop(app);
+            let mut answer = String::new();
+            client.read_to_string(&mut answer).unwrap();
+            assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        }
+    }
+}
+
+/// lifeguard's own `lifeguard_requests_in_flight`, or None before its first sample.
+fn in_flight_on_metrics(port: u16) -> Option<u64> {
+    let (_, body) = get(port, "/metrics");
+    body.lines()
+        .find_map(|l| l.strip_prefix("lifeguard_requests_in_flight "))
+        .map(|n| n.trim().parse::<f64>().unwrap() as u64)
+}
+
+/// Every value `/metrics` showed for the in-flight gauge, polled every 50 ms until
+/// dropped: each 1-second sample stays up for a second, so none goes unseen.
+struct SeenOnMetrics {
+    stop: Arc<AtomicBool>,
+    seen: Arc<Mutex<BTreeSet<u64>>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SeenOnMetrics {
+    fn watch(port: u16) -> SeenOnMetrics {
+        let stop = Arc::new(AtomicBool::new(false));
+        let seen = Arc::new(Mutex::new(BTreeSet::new()));
+        let (stop2, seen2) = (stop.clone(), seen.clone());
+        let thread = std::thread::spawn(move || {
+            while !stop2.load(Ordering::Relaxed) {
+                if let Some(n) = in_flight_on_metrics(port) {
+                    seen2.lock().unwrap().insert(n);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        SeenOnMetrics {
+            stop,
+            seen,
+            thread: Some(thread),
+        }
+    }
+
+    fn seen(&self) -> BTreeSet<u64> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+impl Drop for SeenOnMetrics {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// The in-flight samples behind each publish, from lifeguard's debug log (`-vv`), in
+/// the order of the publishes.
+fn sampled_per_publish(run: &Run) -> Vec<Vec<f64>> {
+    run.stderr()
+        .iter()
+        .filter(|l| l.contains("CloudWatch publish "))
+        .map(|l| {
+            let list = l
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("in_flight_samples="))
+                .unwrap_or_else(|| panic!("no in-flight samples in {l}"));
+            list.split(',').map(|n| n.parse().unwrap()).collect()
+        })
+        .collect()
+}
+
+fn sorted(values: &[f64]) -> Vec<f64> {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+#[test]
+fn under_a_load_changing_inside_the_interval_the_p50_that_arrives_is_the_median_sampled() {
+    let emulator = Emulator::start();
+    let ns = namespace("p50");
+    let mut app = HeldRequests::new();
+    let app_port = app.port().to_string();
+    // -v (start_publishing) and -v: debug, where each publish lists its samples.
+    let (run, port) = start_publishing(
+        &emulator,
+        &["-v", "--inflight-port", &app_port],
+        &[("METRICS_NAMESPACE", &ns), ("METRICS_INTERVAL", "10")],
+    );
+    let metrics = SeenOnMetrics::watch(port);
+    // A new level every 2.5 s for 30 s: each 10-second interval sees about four.
+    for level in [4, 9, 2, 13, 6, 0, 11, 3, 8, 15, 1, 7] {
+        app.hold(level);
+        wait_until(&format!("{level} in flight on /metrics"), || {
+            (in_flight_on_metrics(port) == Some(level as u64)).then_some(())
+        });
+        // Load shaping, not synchronisation: the level lasts 2.5 s whatever happens.
+        std::thread::sleep(Duration::from_millis(2500));
+    }
+    let sampled = sampled_per_publish(&run);
+    assert!(
+        sampled.len() >= 3,
+        "three publishes in 30 s expected:\n{}",
+        run.transcript()
+    );
+    let calls = calls_until(&emulator, &ns, "every logged publish", |c| {
+        c.len() >= sampled.len()
+    });
+    let stored = emulator.stored(&ns);
+    let p50s = emulator.percentile(&ns, "RequestsInFlight", 50.0);
+    let statistics = emulator.statistics(&ns);
+    let api_points = statistics
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "RequestsInFlight")
+        .expect("RequestsInFlight through GetMetricStatistics")["datapoints"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let seen = metrics.seen();
+    let mut changing = 0;
+    for (k, (samples, call)) in sampled.iter().zip(&calls).enumerate() {
+        let what = format!("publish {k}: sampled {samples:?}");
+        // About ten 1-second samples per 10-second interval.
+        assert!((9..=11).contains(&samples.len()), "{what}");
+        // lifeguard's log is what its sampler produced: every value was on /metrics.
+        for n in samples {
+            assert!(
+                seen.contains(&(*n as u64)),
+                "{what}; /metrics showed {seen:?}"
+            );
+        }
+        if samples.iter().any(|n| *n != samples[0]) {
+            changing += 1;
+        }
+        // What was sent: one datum of raw values, percentile-ready, no statistic set.
+        let datums = call.metrics("RequestsInFlight");
+        assert_eq!(datums.len(), 1, "{what}: {call:#?}");
+        let datum = datums[0];
+        assert!(datum["statistic_values"].is_null(), "{what}: {datum}");
+        let sent = samples_of(datum).unwrap_or_else(|| panic!("{what}: no Values: {datum}"));
+        assert!(datum["values"].as_array().unwrap().len() <= 150, "{datum}");
+        assert_eq!(sorted(&sent), sorted(samples), "{what}: sent {datum}");
+        // What moto stored: one raw point per sample, at the datum's second.
+        let second = datum["timestamp"].as_f64().unwrap().floor();
+        let points: Vec<&serde_json::Value> = stored
+            .iter()
+            .filter(|r| r["name"] == "RequestsInFlight")
+            .filter(|r| r["timestamp"].as_f64().unwrap().floor() == second)
+            .collect();
+        assert!(
+            points.iter().all(|r| r["statistic_values"].is_null()),
+            "{what}: moto holds a statistic set: {points:?}"
+        );
+        let raw: Vec<f64> = points
+            .iter()
+            .map(|r| r["value"].as_f64().unwrap())
+            .collect();
+        assert_eq!(sorted(&raw), sorted(samples), "{what}: moto stored {raw:?}");
+        // The same through the CloudWatch API (GetMetricStatistics, Period 1).
+        let point = api_points
+            .iter()
+            .find(|p| {
+                let t = p["Timestamp"].as_f64().unwrap();
+                (t..t + 1.0).contains(&datum["timestamp"].as_f64().unwrap())
+            })
+            .unwrap_or_else(|| panic!("{what}: no datapoint in {api_points:?}"));
         assert_eq!(
-            (stats["Minimum"].as_f64(), stats["Maximum"].as_f64()),
-            (Some(3.0), Some(3.0))
+            point["SampleCount"].as_f64().unwrap(),
+            samples.len() as f64,
+            "{point}"
+        );
+        assert_eq!(
+            point["Sum"].as_f64().unwrap(),
+            samples.iter().sum::<f64>(),
+            "{point}"
+        );
+        // The p50 a 10-second alarm would take of this task: the median lifeguard sampled.
+        let p50 = p50s
+            .iter()
+            .find(|p| p["timestamp"].as_f64() == Some(second))
+            .unwrap_or_else(|| panic!("{what}: no p50 for {second} in {p50s:?}"));
+        assert_eq!(p50["raw"].as_u64(), Some(samples.len() as u64), "{p50}");
+        assert_eq!(
+            p50["value"].as_f64(),
+            Some(nearest_rank(samples, 50.0)),
+            "{what}: p50 {p50}"
+        );
+        eprintln!(
+            "{what}; sent values {} counts {}; p50 {}",
+            datum["values"], datum["counts"], p50["value"]
         );
     }
+    let sizes: Vec<u64> = emulator
+        .log()
+        .iter()
+        .filter(|r| r["operation"] == "PutMetricData")
+        .filter_map(|r| r["bytes"].as_u64())
+        .collect();
+    eprintln!("PutMetricData bodies (bytes): {sizes:?}");
+    assert!(
+        changing >= 2,
+        "the load should have changed inside at least two intervals: {sampled:?}"
+    );
     drop(run);
 }
 
@@ -194,10 +451,13 @@ fn a_burst_is_published_at_once_and_at_most_every_3_seconds() {
         seen < Duration::from_millis(2500),
         "burst published {seen:?} after it began"
     );
-    let max = calls[0].metric("RequestsInFlight").unwrap()["statistic_values"]["Maximum"]
-        .as_f64()
-        .unwrap();
-    assert_eq!(max, 8.0);
+    // A burst goes out as raw samples too: the last one is the 8 in flight.
+    let samples = samples_of(calls[0].metric("RequestsInFlight").unwrap()).unwrap();
+    assert_eq!(
+        samples.iter().copied().fold(0.0, f64::max),
+        8.0,
+        "{samples:?}"
+    );
     // Still bursting: the next publishes come every 3 s, not every sample.
     let calls = calls_until(&emulator, &ns, "three burst publishes", |c| c.len() >= 3);
     for pair in calls.windows(2).take(2) {

@@ -1,7 +1,9 @@
-//! The files users copy (examples/, issue #11): they parse, lifeguard accepts their
-//! command lines and environment, and their names, ports and timings match lifeguard's
+//! The files users copy (examples/, issues #11 and #16): they parse, lifeguard accepts
+//! their command lines and environment, their names, ports and timings match lifeguard's
 //! flags and defaults and the timing rule (drain delay ≤ drain max < grace < the
-//! orchestrator's kill).
+//! orchestrator's kill, Docker's included), and their scalers scale out and back in:
+//! the replica counts Application Auto Scaling and the HPA would choose are computed from
+//! each example's own fields at a few loads.
 mod common;
 
 use std::path::Path;
@@ -188,25 +190,36 @@ fn the_ecs_example_fits_the_metrics_contract_the_policy_and_the_alarm() {
         statement["Condition"]["StringEquals"]["cloudwatch:namespace"],
         var("METRICS_NAMESPACE").as_str()
     );
-    // The alarm reads what lifeguard publishes: same namespace, metric, dimensions, a
-    // 10-second period on the median across tasks.
+    // Every alarm reads what lifeguard publishes: same namespace, a metric it sends,
+    // the same dimensions, a period of the publishing interval, and a statistic that
+    // exists for the data as sent (raw values: percentiles included).
     let template = doc(&all, "ecs/scaling.yaml", None);
-    let alarm = &template["Resources"]["InFlightHigh"]["Properties"];
-    assert_eq!(alarm["Namespace"], var("METRICS_NAMESPACE").as_str());
-    assert_eq!(alarm["MetricName"], "RequestsInFlight");
-    assert_eq!(alarm["Period"], 10);
-    assert_eq!(alarm["ExtendedStatistic"], "p50");
-    let names: Vec<String> = alarm["Dimensions"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|d| d["Name"].as_str().unwrap().to_string())
-        .collect();
     let published: Vec<String> = var("METRICS_DIMENSIONS")
         .split(',')
         .map(|kv| kv.split('=').next().unwrap().to_string())
         .collect();
-    assert_eq!(names, published);
+    for alarm in &alarms(template) {
+        let props = &template["Resources"][&alarm.id]["Properties"];
+        assert_eq!(props["Namespace"], var("METRICS_NAMESPACE").as_str());
+        assert!(
+            ["RequestsInFlight", "CpuUtilization", "MemoryUtilization"]
+                .contains(&alarm.metric.as_str()),
+            "{alarm:?}"
+        );
+        assert_eq!(
+            props["Period"].as_f64().unwrap(),
+            var("METRICS_INTERVAL").parse::<f64>().unwrap(),
+            "{alarm:?}"
+        );
+        assert!(statistic_exists_for_raw_values(props), "{props}");
+        let names: Vec<String> = props["Dimensions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|d| d["Name"].as_str().unwrap().to_string())
+            .collect();
+        assert_eq!(names, published, "{alarm:?}");
+    }
     let defaults = &template["Parameters"];
     for (param, value) in var("METRICS_DIMENSIONS")
         .split(',')
@@ -214,6 +227,524 @@ fn the_ecs_example_fits_the_metrics_contract_the_policy_and_the_alarm() {
     {
         assert_eq!(defaults[param]["Default"], value, "{param}");
     }
+}
+
+/// What lifeguard sends is raw values (RequestsInFlight as Values/Counts, CPU and memory
+/// as single values), so every statistic exists: the five plain ones and percentiles.
+/// (A statistic set would have no percentile whenever its Minimum and Maximum differ.)
+fn statistic_exists_for_raw_values(alarm: &Value) -> bool {
+    match (
+        alarm["Statistic"].as_str(),
+        alarm["ExtendedStatistic"].as_str(),
+    ) {
+        (Some(s), None) => ["SampleCount", "Sum", "Average", "Minimum", "Maximum"].contains(&s),
+        (None, Some(p)) => p
+            .strip_prefix('p')
+            .and_then(|n| n.parse::<f64>().ok())
+            .is_some_and(|n| (0.0..=100.0).contains(&n)),
+        _ => false,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// What the scalers would do, from the examples' own fields.
+
+/// A number of the template: a literal, or a `Ref` to a parameter (its default).
+fn number(template: &Value, v: &Value) -> f64 {
+    if let Some(n) = v.as_f64() {
+        return n;
+    }
+    if let Some(text) = v.as_str() {
+        return text.parse().unwrap_or_else(|_| panic!("not a number: {v}"));
+    }
+    let name = v["Ref"]
+        .as_str()
+        .unwrap_or_else(|| panic!("neither a number nor a Ref: {v}"));
+    number(template, &template["Parameters"][name]["Default"])
+}
+
+/// One CloudWatch alarm of the template and the one policy it drives.
+#[derive(Debug)]
+struct Alarm {
+    id: String,
+    metric: String,
+    threshold: f64,
+    comparison: String,
+    policy: String,
+}
+
+impl Alarm {
+    /// Whether the alarm goes to ALARM when every period shows `value` (a steady load:
+    /// any EvaluationPeriods and DatapointsToAlarm are then met).
+    fn fires(&self, value: f64) -> bool {
+        match self.comparison.as_str() {
+            "GreaterThanOrEqualToThreshold" => value >= self.threshold,
+            "GreaterThanThreshold" => value > self.threshold,
+            "LessThanOrEqualToThreshold" => value <= self.threshold,
+            "LessThanThreshold" => value < self.threshold,
+            other => panic!("an alarm comparison the test does not know: {other}"),
+        }
+    }
+
+    fn high(&self) -> bool {
+        self.comparison.starts_with("GreaterThan")
+    }
+}
+
+fn alarms(template: &Value) -> Vec<Alarm> {
+    let resources = template["Resources"].as_object().unwrap();
+    resources
+        .iter()
+        .filter(|(_, r)| r["Type"] == "AWS::CloudWatch::Alarm")
+        .map(|(id, r)| {
+            let p = &r["Properties"];
+            let actions = p["AlarmActions"].as_array().unwrap();
+            assert_eq!(actions.len(), 1, "{id}: one scaling action per alarm");
+            Alarm {
+                id: id.clone(),
+                metric: p["MetricName"].as_str().unwrap().to_string(),
+                threshold: number(template, &p["Threshold"]),
+                comparison: p["ComparisonOperator"].as_str().unwrap().to_string(),
+                policy: actions[0]["Ref"].as_str().unwrap().to_string(),
+            }
+        })
+        .collect()
+}
+
+/// Application Auto Scaling's rounding of a PercentChangeInCapacity: above 1 down,
+/// between 0 and 1 to 1, between -1 and 0 to -1, below -1 up (towards zero); then at
+/// least MinAdjustmentMagnitude either way.
+fn percent_change(current: u64, percent: f64, min_magnitude: f64) -> f64 {
+    let raw = current as f64 * percent / 100.0;
+    let rounded = if raw >= 1.0 {
+        raw.floor()
+    } else if raw > 0.0 {
+        1.0
+    } else if raw > -1.0 && raw < 0.0 {
+        -1.0
+    } else {
+        raw.ceil()
+    };
+    if rounded != 0.0 && rounded.abs() < min_magnitude {
+        min_magnitude.copysign(rounded)
+    } else {
+        rounded
+    }
+}
+
+/// The capacity `alarm`'s step-scaling policy asks for when it fires at `value`, before
+/// the scalable target's bounds: the step whose bounds hold the breach (value −
+/// threshold; above the threshold the lower bound is inclusive, below it the upper).
+fn step(template: &Value, alarm: &Alarm, value: f64, current: u64) -> f64 {
+    let policy = &template["Resources"][&alarm.policy]["Properties"];
+    assert_eq!(policy["PolicyType"], "StepScaling", "{}", alarm.policy);
+    let config = &policy["StepScalingPolicyConfiguration"];
+    let breach = value - alarm.threshold;
+    let bound = |s: &Value, name: &str| (!s[name].is_null()).then(|| number(template, &s[name]));
+    let step = config["StepAdjustments"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| {
+            let (lower, upper) = (
+                bound(s, "MetricIntervalLowerBound"),
+                bound(s, "MetricIntervalUpperBound"),
+            );
+            if alarm.high() {
+                lower.is_none_or(|l| breach >= l) && upper.is_none_or(|u| breach < u)
+            } else {
+                lower.is_none_or(|l| breach > l) && upper.is_none_or(|u| breach <= u)
+            }
+        })
+        .unwrap_or_else(|| panic!("{}: no step for a breach of {breach}", alarm.policy));
+    let adjustment = number(template, &step["ScalingAdjustment"]);
+    let min_magnitude = config["MinAdjustmentMagnitude"].as_f64().unwrap_or(0.0);
+    match config["AdjustmentType"].as_str().unwrap() {
+        "ChangeInCapacity" => current as f64 + adjustment,
+        "ExactCapacity" => adjustment,
+        "PercentChangeInCapacity" => {
+            current as f64 + percent_change(current, adjustment, min_magnitude)
+        }
+        other => panic!("an adjustment type the test does not know: {other}"),
+    }
+}
+
+/// The scalable target's MinCapacity and MaxCapacity.
+fn capacity_bounds(template: &Value) -> (u64, u64) {
+    let target = template["Resources"]
+        .as_object()
+        .unwrap()
+        .values()
+        .find(|r| r["Type"] == "AWS::ApplicationAutoScaling::ScalableTarget")
+        .expect("a scalable target");
+    let p = &target["Properties"];
+    (
+        number(template, &p["MinCapacity"]) as u64,
+        number(template, &p["MaxCapacity"]) as u64,
+    )
+}
+
+/// One evaluation of the ECS service's scaling with `load(metric)` in every task: the
+/// alarms that fire, and the desired count. When several policies fire, Application
+/// Auto Scaling takes the one that gives the largest capacity; the result stays within
+/// the scalable target's bounds.
+fn ecs_decides(template: &Value, load: &dyn Fn(&str) -> f64, current: u64) -> (Vec<String>, u64) {
+    let (min, max) = capacity_bounds(template);
+    let mut fired = Vec::new();
+    let mut wanted: Option<f64> = None;
+    for alarm in alarms(template) {
+        let value = load(&alarm.metric);
+        if alarm.fires(value) {
+            let capacity = step(template, &alarm, value, current);
+            wanted = Some(wanted.map_or(capacity, |w| w.max(capacity)));
+            fired.push(alarm.id);
+        }
+    }
+    fired.sort();
+    let desired = wanted.map_or(current, |w| (w.max(min as f64) as u64).min(max));
+    (fired, desired)
+}
+
+/// The alarm on `metric` that scales out (or in, `high` false).
+fn alarm_on(template: &Value, metric: &str, high: bool) -> Alarm {
+    alarms(template)
+        .into_iter()
+        .find(|a| a.metric == metric && a.high() == high)
+        .unwrap_or_else(|| panic!("no {} alarm on {metric}", if high { "high" } else { "low" }))
+}
+
+#[test]
+fn the_ecs_scaler_arithmetic_matches_awss_own_examples() {
+    // (current, percent, MinAdjustmentMagnitude, change): Application Auto Scaling's
+    // documented cases (200 % of 10 is +20; 25 % of 4 with a minimum of 2 is +2), and
+    // the rounding towards zero.
+    for (current, percent, min, change) in [
+        (10, 200.0, 0.0, 20.0),
+        (4, 25.0, 2.0, 2.0),
+        (3, 200.0, 1.0, 6.0),
+        (10, 25.0, 1.0, 2.0),
+        (3, -25.0, 1.0, -1.0),
+        (10, -25.0, 1.0, -2.0),
+        (2, 10.0, 0.0, 1.0),
+    ] {
+        assert_eq!(
+            percent_change(current, percent, min),
+            change,
+            "{percent} % of {current}, at least {min}"
+        );
+    }
+}
+
+#[test]
+fn the_ecs_template_scales_out_and_back_in_as_application_auto_scaling_would() {
+    let all = examples();
+    let template = doc(&all, "ecs/scaling.yaml", None);
+    let (min, max) = capacity_bounds(template);
+    let high = alarm_on(template, "RequestsInFlight", true);
+    let low = alarm_on(template, "RequestsInFlight", false);
+    let cpu = alarm_on(template, "CpuUtilization", true);
+    assert!(low.threshold < high.threshold, "{low:?} {high:?}");
+    // Both directions exist, each with the fast-scaling module's 60 s cooldown.
+    for alarm in [&high, &low, &cpu] {
+        let config =
+            &template["Resources"][&alarm.policy]["Properties"]["StepScalingPolicyConfiguration"];
+        assert_eq!(config["Cooldown"], 60, "{}", alarm.policy);
+    }
+    assert_ne!(high.policy, low.policy, "scale-in has a policy of its own");
+
+    let threshold = high.threshold;
+    let mut table = Vec::new();
+    for current in [3, 10] {
+        let mut at_twice = 0;
+        for per_task in [0.0, threshold - 1.0, 2.0 * threshold, 5.0 * threshold] {
+            let load = |metric: &str| {
+                if metric == "RequestsInFlight" {
+                    per_task
+                } else {
+                    0.0
+                }
+            };
+            let (fired, desired) = ecs_decides(template, &load, current);
+            table.push(format!(
+                "{current} tasks, {per_task} in flight each: {fired:?} -> {desired}"
+            ));
+            let what = format!("{current} tasks at {per_task} in flight: {fired:?} -> {desired}");
+            assert!((min..=max).contains(&desired), "{what}");
+            if per_task == 0.0 {
+                // Idle: back in, to the minimum at most.
+                assert_eq!(fired, std::slice::from_ref(&low.id), "{what}");
+                assert!(desired < current || desired == min, "{what}");
+            } else if per_task < threshold {
+                assert!(fired.is_empty(), "{what}");
+                assert_eq!(desired, current, "{what}");
+            } else {
+                assert_eq!(fired, std::slice::from_ref(&high.id), "{what}");
+                assert!(desired > current || desired == max, "{what}");
+                if per_task == 2.0 * threshold {
+                    at_twice = desired;
+                } else {
+                    assert!(desired >= at_twice, "{what}");
+                }
+            }
+            // Held there, the total load settles on a count that is neither high nor
+            // low, or at a bound, and never swings back and forth.
+            let total = per_task * current as f64;
+            let mut count = current;
+            let mut seen = vec![count];
+            loop {
+                let each = total / count as f64;
+                let load = |metric: &str| {
+                    if metric == "RequestsInFlight" {
+                        each
+                    } else {
+                        0.0
+                    }
+                };
+                let (_, next) = ecs_decides(template, &load, count);
+                if next == count {
+                    break;
+                }
+                assert!(
+                    !seen.contains(&next),
+                    "{what}: flapping through {seen:?} to {next}"
+                );
+                seen.push(next);
+                count = next;
+            }
+            let each = total / count as f64;
+            assert!(
+                !high.fires(each) || count == max,
+                "{what}: settles at {count}, {each} each"
+            );
+            assert!(
+                !low.fires(each) || count == min,
+                "{what}: settles at {count}, {each} each"
+            );
+            table.push(format!("  held: {seen:?}"));
+        }
+        // CPU: with in-flight between its thresholds, CPU alone scales out (lifeguard
+        // caps the figure at 100).
+        let middle = (low.threshold + high.threshold) / 2.0;
+        for percent in [
+            0.0,
+            cpu.threshold - 1.0,
+            2.0 * cpu.threshold,
+            5.0 * cpu.threshold,
+        ] {
+            let figure = f64::min(percent, 100.0);
+            let load = |metric: &str| match metric {
+                "RequestsInFlight" => middle,
+                "CpuUtilization" => figure,
+                _ => 0.0,
+            };
+            let (fired, desired) = ecs_decides(template, &load, current);
+            let what = format!("{current} tasks at {figure} % CPU: {fired:?} -> {desired}");
+            table.push(what.clone());
+            if percent < cpu.threshold {
+                assert!(fired.is_empty() && desired == current, "{what}");
+            } else {
+                assert_eq!(fired, std::slice::from_ref(&cpu.id), "{what}");
+                assert!(desired > current || desired == max, "{what}");
+            }
+        }
+        // High CPU and idle in-flight together: the larger capacity, the scale-out, wins.
+        let load = |metric: &str| {
+            if metric == "CpuUtilization" {
+                100.0
+            } else {
+                0.0
+            }
+        };
+        let (fired, desired) = ecs_decides(template, &load, current);
+        assert_eq!(fired.len(), 2, "{fired:?}");
+        assert!(
+            desired > current || desired == max,
+            "{fired:?} -> {desired}"
+        );
+    }
+    eprintln!("{}", table.join("\n"));
+}
+
+/// The value a KEDA Prometheus trigger's query gives when each of `pods` pods holds
+/// `per_pod` requests in flight (what `lifeguard_requests_in_flight` is per pod).
+fn query_value(query: &str, pods: u64, per_pod: f64) -> f64 {
+    assert!(query.contains("lifeguard_requests_in_flight"), "{query}");
+    let function = query.trim().split('(').next().unwrap().trim();
+    match function {
+        "sum" => pods as f64 * per_pod,
+        "avg" | "max" | "min" | "quantile" => per_pod,
+        _ => panic!("the test cannot evaluate the query {query}"),
+    }
+}
+
+/// The HPA's desired count for an external metric: ceil(value ÷ target) for
+/// AverageValue, ceil(current × value ÷ target) for Value; no change while the ratio
+/// of value to target (per pod for AverageValue) is within 10 % of 1; then within
+/// minReplicaCount and maxReplicaCount.
+fn hpa_desired(
+    metric_type: &str,
+    value: f64,
+    target: f64,
+    current: u64,
+    bounds: (u64, u64),
+) -> u64 {
+    let (ratio, desired) = match metric_type {
+        "AverageValue" => (value / (target * current as f64), (value / target).ceil()),
+        "Value" => (value / target, (current as f64 * value / target).ceil()),
+        other => panic!("a metricType the test does not know: {other}"),
+    };
+    let desired = if (ratio - 1.0).abs() <= 0.1 {
+        current
+    } else {
+        desired as u64
+    };
+    desired.clamp(bounds.0, bounds.1)
+}
+
+#[test]
+fn the_keda_example_scales_out_and_back_in_as_the_hpa_would() {
+    let all = examples();
+    let keda = doc(
+        &all,
+        "kubernetes/keda-scaledobject.yaml",
+        Some("ScaledObject"),
+    );
+    let trigger = &keda["spec"]["triggers"][0];
+    assert_eq!(trigger["type"], "prometheus");
+    // KEDA's default metric type is AverageValue.
+    let metric_type = trigger["metricType"].as_str().unwrap_or("AverageValue");
+    let query = trigger["metadata"]["query"].as_str().unwrap();
+    let threshold: f64 = trigger["metadata"]["threshold"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let bounds = (
+        keda["spec"]["minReplicaCount"].as_u64().unwrap(),
+        keda["spec"]["maxReplicaCount"].as_u64().unwrap(),
+    );
+    let mut table = Vec::new();
+    for current in [3, 10] {
+        let mut at_twice = 0;
+        for per_pod in [0.0, threshold - 1.0, 2.0 * threshold, 5.0 * threshold] {
+            let value = query_value(query, current, per_pod);
+            let desired = hpa_desired(metric_type, value, threshold, current, bounds);
+            let what = format!(
+                "{current} pods at {per_pod} in flight each: {query} = {value} -> {desired}"
+            );
+            table.push(what.clone());
+            if per_pod == 0.0 {
+                assert_eq!(desired, bounds.0, "{what}");
+            } else if per_pod < threshold {
+                assert_eq!(desired, current, "{what}");
+            } else {
+                // Out, far enough that each pod holds at most the threshold.
+                assert!(desired > current || desired == bounds.1, "{what}");
+                let total = per_pod * current as f64;
+                assert!(
+                    desired as f64 * threshold >= total || desired == bounds.1,
+                    "{what}"
+                );
+                if per_pod == 2.0 * threshold {
+                    at_twice = desired;
+                } else {
+                    assert!(desired >= at_twice, "{what}");
+                }
+            }
+        }
+    }
+    eprintln!("{}", table.join("\n"));
+}
+
+/// `lifeguard --help`'s default for `--grace`, in seconds.
+fn default_grace() -> f64 {
+    let out = lifeguard().arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout).to_string();
+    let line = help
+        .lines()
+        .find(|l| l.trim_start().starts_with("--grace"))
+        .unwrap_or_else(|| panic!("no --grace in --help:\n{help}"));
+    let default = line
+        .split("[default: ")
+        .nth(1)
+        .and_then(|d| d.split(']').next())
+        .unwrap_or_else(|| panic!("no default in {line}"));
+    seconds(default)
+}
+
+/// The whole number after the first `key` in `text`.
+fn number_after(text: &str, key: &str) -> f64 {
+    let rest = text
+        .split(key)
+        .nth(1)
+        .unwrap_or_else(|| panic!("no {key:?} in:\n{text}"));
+    let digits: String = rest
+        .trim_start()
+        .chars()
+        .take_while(|c| c.is_ascii_digit())
+        .collect();
+    digits
+        .parse()
+        .unwrap_or_else(|_| panic!("no number after {key:?} in:\n{text}"))
+}
+
+/// Every orchestrator's stop timeout named in `text` outlasts `grace`: Docker's 10 s
+/// default would SIGKILL lifeguard (and the requests it is draining) before its own
+/// deadline.
+fn shows_the_stop_timeouts(text: &str, grace: f64, file: &str) {
+    for key in [
+        "--stop-timeout",
+        "stop_grace_period:",
+        "terminationGracePeriodSeconds:",
+        "\"stopTimeout\":",
+    ] {
+        let timeout = number_after(text, key);
+        assert!(
+            timeout > grace,
+            "{file}: {key} {timeout} must outlast the grace ({grace} s)"
+        );
+    }
+}
+
+#[test]
+fn the_docker_snippets_show_the_stop_timeout_each_orchestrator_needs() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    // The README's first Docker snippet, with lifeguard's default grace.
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let snippet = readme
+        .split("```dockerfile")
+        .nth(1)
+        .and_then(|s| s.split("```").next())
+        .expect("a Docker snippet in the README");
+    let entrypoint = snippet
+        .lines()
+        .find(|l| l.starts_with("ENTRYPOINT [\"/lifeguard\""))
+        .unwrap_or_else(|| panic!("no lifeguard ENTRYPOINT in {snippet}"));
+    assert!(
+        !entrypoint.contains("--grace"),
+        "the snippet uses the default grace: {entrypoint}"
+    );
+    shows_the_stop_timeouts(snippet, default_grace(), "README.md");
+    // Dockerfile.example, with the grace of its ENTRYPOINT.
+    let dockerfile = std::fs::read_to_string(root.join("Dockerfile.example")).unwrap();
+    let entrypoint = dockerfile
+        .split("\nENTRYPOINT ")
+        .nth(1)
+        .and_then(|s| s.split(']').next())
+        .expect("an ENTRYPOINT");
+    let argv: Vec<String> =
+        serde_json::from_str(&format!("{}]", entrypoint.replace("\\\n", " "))).unwrap();
+    let after = |flag: &str| {
+        let at = argv.iter().position(|a| a == flag).unwrap();
+        seconds(&argv[at + 1])
+    };
+    let (drain, max, grace) = (
+        after("--drain-delay"),
+        after("--drain-max"),
+        after("--grace"),
+    );
+    assert!(drain <= max && max < grace, "{argv:?}");
+    shows_the_stop_timeouts(&dockerfile, grace, "Dockerfile.example");
 }
 
 #[test]

@@ -5,8 +5,6 @@
 //! a call for good).
 #![forbid(unsafe_code)]
 
-use std::future::Future;
-use std::pin::Pin;
 use std::time::{Duration, SystemTime};
 
 use aws_config::retry::RetryConfig;
@@ -14,11 +12,11 @@ use aws_config::timeout::TimeoutConfig;
 use aws_config::BehaviorVersion;
 use aws_sdk_cloudwatch::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_cloudwatch::primitives::DateTime;
-use aws_sdk_cloudwatch::types::{Dimension, MetricDatum, StandardUnit, StatisticSet};
+use aws_sdk_cloudwatch::types::{Dimension, MetricDatum, StandardUnit};
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
 
 use super::plan::{Datum, Value};
-use super::{Config, Outcome, Put};
+use super::{Config, Outcome, Put, PutCall};
 
 /// The call's whole budget: within the interval (one late datum, never a queue of
 /// calls), and at most 5 s.
@@ -80,22 +78,13 @@ impl Client {
             .set_dimensions(Some(self.dimensions.clone()))
             .timestamp(now)
             .storage_resolution(1);
-        match datum.value {
-            Value::Percent(p) => builder.value(p).unit(StandardUnit::Percent),
-            Value::Count {
-                samples,
-                sum,
-                min,
-                max,
-            } => builder
-                .statistic_values(
-                    StatisticSet::builder()
-                        .sample_count(samples as f64)
-                        .sum(sum)
-                        .minimum(min)
-                        .maximum(max)
-                        .build(),
-                )
+        match &datum.value {
+            Value::Percent(p) => builder.value(*p).unit(StandardUnit::Percent),
+            // Raw values (each distinct sample once, its count beside it): what
+            // CloudWatch needs to compute percentiles; a statistic set would not do.
+            Value::Samples(samples) => builder
+                .set_values(Some(samples.iter().map(|(value, _)| *value).collect()))
+                .set_counts(Some(samples.iter().map(|(_, n)| *n as f64).collect()))
                 .unit(StandardUnit::Count),
         }
         .build()
@@ -103,10 +92,7 @@ impl Client {
 }
 
 impl Put for Client {
-    fn put(
-        &self,
-        batch: Vec<Datum>,
-    ) -> Pin<Box<dyn Future<Output = Result<(), (Outcome, String)>> + Send>> {
+    fn put(&self, batch: Vec<Datum>) -> PutCall {
         let now = DateTime::from(SystemTime::now());
         let request = self
             .sdk

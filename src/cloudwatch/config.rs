@@ -1,4 +1,4 @@
-//! The environment contract of the ECS scaling module (DESIGN §5, issue #7):
+//! The environment contract of the ECS scaling module (issue #7):
 //! `METRICS_NAMESPACE`, `METRICS_INTERVAL`, `METRICS_DIMENSIONS`,
 //! `METRICS_BURST_THRESHOLD`. A value that cannot be used is refused at start, naming
 //! the variable and the accepted form: a typo in a task definition should fail the
@@ -65,7 +65,7 @@ fn interval_of(text: &str) -> Result<Duration, String> {
     // call less time than it takes.
     let form = "expected a positive number of seconds, 1 or more, like 10 or 30";
     match text.trim().parse::<f64>() {
-        Ok(secs) if secs.is_finite() && secs >= 1.0 && secs <= 86_400.0 => {
+        Ok(secs) if secs.is_finite() && (1.0..=86_400.0).contains(&secs) => {
             Ok(Duration::from_secs_f64(secs))
         }
         _ => Err(format!("METRICS_INTERVAL '{text}' cannot be used: {form}")),

@@ -1,5 +1,5 @@
-//! High-resolution CloudWatch metrics for fast ECS scaling (DESIGN §5, issue #7): the
-//! publisher, on a thread of its own, fed by the sampler's 1-second samples.
+//! High-resolution CloudWatch metrics for fast ECS scaling (issue #7): the publisher, on
+//! a thread of its own, fed by the sampler's 1-second samples.
 //!
 //! - `config`: the `METRICS_*` contract, validated at start
 //! - `plan`: when to publish and what (pure)
@@ -32,15 +32,19 @@ pub use config::Config;
 
 /// How long the exit flush may take.
 pub const FLUSH_LIMIT: Duration = Duration::from_secs(2);
+/// The most in-flight samples one debug line lists (10 minutes of them).
+const LOGGED_SAMPLES: usize = 600;
 /// A summary of ongoing failures at most this often.
 const SUMMARY_EVERY: Duration = Duration::from_secs(60);
 
+/// One call's outcome, or why it failed (for the counter and the log).
+pub type PutResult = Result<(), (Outcome, String)>;
+/// A call under way.
+pub type PutCall = Pin<Box<dyn Future<Output = PutResult> + Send>>;
+
 /// Sends one batch; the SDK client in production, a recorder in tests.
 pub trait Put: Send + Sync + 'static {
-    fn put(
-        &self,
-        batch: Vec<Datum>,
-    ) -> Pin<Box<dyn Future<Output = Result<(), (Outcome, String)>> + Send>>;
+    fn put(&self, batch: Vec<Datum>) -> PutCall;
 }
 
 /// Logs failures without flooding: the first one, a summary now and then while they
@@ -55,11 +59,7 @@ pub struct FailureLog {
 
 impl FailureLog {
     /// The line to log for this outcome, if any: (is a warning, text).
-    pub fn on(
-        &mut self,
-        result: &Result<(), (Outcome, String)>,
-        now: Instant,
-    ) -> Option<(bool, String)> {
+    pub fn on(&mut self, result: &PutResult, now: Instant) -> Option<(bool, String)> {
         match result {
             Ok(()) => {
                 let since = self.failing_since.take()?;
@@ -227,9 +227,11 @@ async fn publish(
     );
     let mut plan = Plan::new(config.interval, config.burst_threshold, Instant::now());
     let mut samples = board.watch_sample();
+    // With -vv, the in-flight samples behind each publish, in the order taken.
+    let mut sampled = logging::enabled(logging::Level::Debug).then(Sampled::default);
     let mut failures = FailureLog::default();
     // The call in flight, if any: at most one.
-    let mut call: Option<tokio::task::JoinHandle<Result<(), (Outcome, String)>>> = None;
+    let mut call: Option<tokio::task::JoinHandle<PutResult>> = None;
     let mut wants_publish = false;
     loop {
         let deadline = tokio::time::Instant::from_std(plan.deadline());
@@ -240,6 +242,9 @@ async fn publish(
                 }
                 let sample = samples.borrow_and_update().clone();
                 let now = Instant::now();
+                if let (Some(sampled), Some(n)) = (sampled.as_mut(), sample.requests_in_flight) {
+                    sampled.push(n);
+                }
                 if plan.record(reading(&sample), now) {
                     wants_publish = true;
                 }
@@ -262,6 +267,7 @@ async fn publish(
                     }
                 }
                 let batch = plan.take(Instant::now());
+                log_batch(&batch, sampled.as_mut());
                 if !batch.is_empty() {
                     let result = match tokio::time::timeout_at(until, put.put(batch)).await {
                         Ok(result) => result,
@@ -277,6 +283,7 @@ async fn publish(
             // The test build's fault: proves a panic here costs publishing only.
             crate::faults::point("cloudwatch-publish");
             let batch = plan.take(Instant::now());
+            log_batch(&batch, sampled.as_mut());
             if !batch.is_empty() {
                 let put = put.clone();
                 call = Some(tokio::spawn(async move { put.put(batch).await }));
@@ -285,7 +292,52 @@ async fn publish(
     }
 }
 
-fn settle(board: &Board, failures: &mut FailureLog, result: &Result<(), (Outcome, String)>) {
+/// The in-flight samples since the last publish, in the order taken, for the debug log.
+#[derive(Debug, Default)]
+struct Sampled {
+    values: Vec<u64>,
+    /// Samples past `LOGGED_SAMPLES`, counted only: a long interval must not grow a
+    /// log line (or this list) without bound.
+    more: u64,
+}
+
+impl Sampled {
+    fn push(&mut self, n: u64) {
+        if self.values.len() < LOGGED_SAMPLES {
+            self.values.push(n);
+        } else {
+            self.more += 1;
+        }
+    }
+}
+
+/// At debug level, what a publish sends and the in-flight samples it was made of, so
+/// what arrives in CloudWatch can be held against what lifeguard sampled.
+fn log_batch(batch: &[Datum], sampled: Option<&mut Sampled>) {
+    let Some(sampled) = sampled else {
+        return;
+    };
+    let Sampled { values, more } = std::mem::take(sampled);
+    if batch.is_empty() {
+        return;
+    }
+    let metrics = batch.iter().map(|d| d.name).collect::<Vec<_>>().join(",");
+    let values = values
+        .iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut fields: Vec<logging::Field> = vec![("metrics", &metrics)];
+    if !values.is_empty() {
+        fields.push(("in_flight_samples", &values));
+    }
+    if more > 0 {
+        fields.push(("in_flight_samples_not_listed", &more));
+    }
+    logging::debug("CloudWatch publish", &fields);
+}
+
+fn settle(board: &Board, failures: &mut FailureLog, result: &PutResult) {
     let outcome = match result {
         Ok(()) => Outcome::Ok,
         Err((outcome, _)) => *outcome,

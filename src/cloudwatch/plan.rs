@@ -1,16 +1,27 @@
-//! When to publish and what (DESIGN §5, issue #7), as a pure machine: the 1-second
-//! samples go in, batches come out. Every rule came from a failure in a real load test
-//! (CONTEXT.md): one PutMetricData every interval; a burst (an in-flight sample at or
-//! above the threshold) publishes at once, at most every 3 s, and every publish restarts
-//! the interval; CPU and memory stay out of the first max(2 × interval, 20 s).
+//! When to publish and what, as a pure machine: the 1-second samples go in, batches come
+//! out. Every timing rule came from a failure in a real load test: one PutMetricData
+//! every interval; a burst (an in-flight sample at or above the threshold) publishes at
+//! once, at most every 3 s, and every publish restarts the interval; CPU and memory stay
+//! out of the first max(2 × interval, 20 s).
+//!
+//! `RequestsInFlight` goes out as raw samples (each distinct value with how often it was
+//! sampled), never as a statistic set: CloudWatch computes percentiles only from raw
+//! values, and from a statistic set only when SampleCount is 1 or Minimum equals
+//! Maximum. The scaling alarms take the p50, so a statistic set would leave them without
+//! data exactly when the load changes inside an interval.
 #![forbid(unsafe_code)]
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 /// The shortest time between two publishes that a burst may cause.
 pub const BURST_FLOOR: Duration = Duration::from_secs(3);
 /// The start-up quiet period's floor: start-up bursts would fake saturation.
 const QUIET_FLOOR: Duration = Duration::from_secs(20);
+/// PutMetricData takes at most 150 distinct values for a metric in one request (the
+/// API reference words it per datum and per request alike: one datum of at most 150
+/// is right under both readings).
+pub const MAX_VALUES: usize = 150;
 
 /// One metric of a batch.
 #[derive(Clone, Debug, PartialEq)]
@@ -23,13 +34,9 @@ pub struct Datum {
 pub enum Value {
     /// A percentage, rounded to 2 decimals and capped at 100.
     Percent(f64),
-    /// The interval's 1-second samples, as a statistic set.
-    Count {
-        samples: u64,
-        sum: f64,
-        min: f64,
-        max: f64,
-    },
+    /// The interval's 1-second samples as raw values: each distinct value, lowest
+    /// first, with how often it was sampled; at most `MAX_VALUES` pairs (see `fit`).
+    Samples(Vec<(f64, u64)>),
 }
 
 /// What a sample brings: in-flight only with an in-flight source; CPU and memory when
@@ -53,7 +60,9 @@ pub struct Plan {
 /// The samples since the last publish.
 #[derive(Clone, Debug, Default)]
 struct Window {
-    in_flight: Option<(u64, f64, f64, f64)>,
+    /// In-flight value → how many samples had it. Bounded by the distinct values, not
+    /// by the interval's length (a 24-hour interval of a steady load is one entry).
+    in_flight: BTreeMap<u64, u64>,
     cpu_sum: f64,
     cpu_samples: u32,
     memory: Option<f64>,
@@ -78,11 +87,7 @@ impl Plan {
     /// A 1-second sample; true when it is a burst that may be published now.
     pub fn record(&mut self, reading: Reading, now: Instant) -> bool {
         if let Some(n) = reading.in_flight {
-            let n = n as f64;
-            self.window.in_flight = Some(match self.window.in_flight {
-                None => (1, n, n, n),
-                Some((count, sum, min, max)) => (count + 1, sum + n, min.min(n), max.max(n)),
-            });
+            *self.window.in_flight.entry(n).or_insert(0) += 1;
         }
         if let Some(cpu) = reading.cpu_percent {
             self.window.cpu_sum += cpu;
@@ -113,15 +118,15 @@ impl Plan {
         let window = std::mem::take(&mut self.window);
         self.last_publish = Some(now);
         let mut batch = Vec::new();
-        if let Some((samples, sum, min, max)) = window.in_flight {
+        if !window.in_flight.is_empty() {
+            let distinct = window
+                .in_flight
+                .iter()
+                .map(|(value, count)| (*value as f64, *count))
+                .collect();
             batch.push(Datum {
                 name: "RequestsInFlight",
-                value: Value::Count {
-                    samples,
-                    sum,
-                    min,
-                    max,
-                },
+                value: Value::Samples(fit(distinct, MAX_VALUES)),
             });
         }
         let quiet = QUIET_FLOOR.max(self.interval * 2);
@@ -141,6 +146,37 @@ impl Plan {
         }
         batch
     }
+}
+
+/// The distinct values (ascending, each with its count) in at most `max` pairs.
+///
+/// Up to `max` they go out as they are. A 10-second interval has about 10 samples, so
+/// only an interval longer than `max` seconds can have more distinct values; those are
+/// merged rather than split over several datums (the request-wide reading of the limit
+/// would refuse a split) or over several calls (one call per interval). The lowest and
+/// the highest value stay as they are; the ones between are cut into `max` − 2 runs of
+/// neighbours, each sent as its count-weighted mean with the run's total count. So
+/// SampleCount, Sum, Average, Minimum and Maximum stay exact, and a percentile is off by
+/// at most the width of the run it falls in.
+pub fn fit(distinct: Vec<(f64, u64)>, max: usize) -> Vec<(f64, u64)> {
+    debug_assert!(max >= 3, "the lowest, the highest and one run between");
+    let n = distinct.len();
+    if n <= max {
+        return distinct;
+    }
+    let inner = &distinct[1..n - 1];
+    let runs = max - 2;
+    let mut out = Vec::with_capacity(max);
+    out.push(distinct[0]);
+    for run in 0..runs {
+        // More values between than runs: every run gets at least one.
+        let run = &inner[run * inner.len() / runs..(run + 1) * inner.len() / runs];
+        let count: u64 = run.iter().map(|(_, c)| c).sum();
+        let sum: f64 = run.iter().map(|(v, c)| v * *c as f64).sum();
+        out.push((sum / count as f64, count));
+    }
+    out.push(distinct[n - 1]);
+    out
 }
 
 /// Rounded to 2 decimals and capped at 100 (a task can burst past its CPU limit on
@@ -169,12 +205,30 @@ mod tests {
         batch.iter().map(|d| d.name).collect()
     }
 
+    fn samples(pairs: &[(f64, u64)]) -> Value {
+        Value::Samples(pairs.to_vec())
+    }
+
+    /// Every sample, one by one, from (value, count) pairs.
+    fn expand(pairs: &[(f64, u64)]) -> Vec<f64> {
+        pairs
+            .iter()
+            .flat_map(|(v, c)| std::iter::repeat_n(*v, *c as usize))
+            .collect()
+    }
+
+    /// The nearest-rank percentile of ascending `sorted`.
+    fn percentile(sorted: &[f64], p: f64) -> f64 {
+        let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
+        sorted[rank - 1]
+    }
+
     #[test]
-    fn every_interval_a_statistic_set_and_no_cpu_or_memory_in_the_quiet_start() {
+    fn every_interval_the_raw_samples_and_no_cpu_or_memory_in_the_quiet_start() {
         let t0 = Instant::now();
         let mut plan = Plan::new(Duration::from_secs(10), None, t0);
         assert_eq!(plan.deadline(), at(t0, 10.0));
-        for (s, n) in [(1.0, 3), (2.0, 5), (3.0, 1)] {
+        for (s, n) in [(1.0, 3), (2.0, 5), (3.0, 1), (4.0, 5), (5.0, 3), (6.0, 5)] {
             assert!(!plan.record(sample(n, 90.0, 40.0), at(t0, s)));
         }
         assert!(!plan.due(at(t0, 9.9)));
@@ -185,12 +239,8 @@ mod tests {
             batch,
             vec![Datum {
                 name: "RequestsInFlight",
-                value: Value::Count {
-                    samples: 3,
-                    sum: 9.0,
-                    min: 1.0,
-                    max: 5.0
-                }
+                // Each distinct value once, lowest first, with how often it was seen.
+                value: samples(&[(1.0, 1), (3.0, 2), (5.0, 3)])
             }]
         );
         assert_eq!(plan.deadline(), at(t0, 20.0));
@@ -201,6 +251,7 @@ mod tests {
             names(&batch),
             ["RequestsInFlight", "CpuUtilization", "MemoryUtilization"]
         );
+        assert_eq!(batch[0].value, samples(&[(2.0, 2)]));
         // The interval's mean CPU, the latest memory, 2 decimals.
         assert_eq!(batch[1].value, Value::Percent(60.06));
         assert_eq!(batch[2].value, Value::Percent(42.56));
@@ -227,15 +278,7 @@ mod tests {
         // At the threshold: at once (nothing published yet).
         assert!(plan.record(sample(50, 0.0, 0.0), at(t0, 2.0)));
         let batch = plan.take(at(t0, 2.0));
-        assert_eq!(
-            batch[0].value,
-            Value::Count {
-                samples: 2,
-                sum: 99.0,
-                min: 49.0,
-                max: 50.0
-            }
-        );
+        assert_eq!(batch[0].value, samples(&[(49.0, 1), (50.0, 1)]));
         assert_eq!(
             plan.deadline(),
             at(t0, 12.0),
@@ -246,15 +289,8 @@ mod tests {
         assert!(!plan.record(sample(90, 0.0, 0.0), at(t0, 4.0)));
         assert!(plan.record(sample(70, 0.0, 0.0), at(t0, 5.0)));
         let batch = plan.take(at(t0, 5.0));
-        assert_eq!(
-            batch[0].value,
-            Value::Count {
-                samples: 3,
-                sum: 240.0,
-                min: 70.0,
-                max: 90.0
-            }
-        );
+        // A burst goes out as raw samples too.
+        assert_eq!(batch[0].value, samples(&[(70.0, 1), (80.0, 1), (90.0, 1)]));
         assert_eq!(plan.deadline(), at(t0, 15.0));
     }
 
@@ -280,5 +316,90 @@ mod tests {
         plan.record(sample(4, 1.0, 1.0), at(t0, 3.0));
         assert_eq!(names(&plan.take(at(t0, 3.5))), ["RequestsInFlight"]);
         assert!(plan.take(at(t0, 3.6)).is_empty());
+    }
+
+    #[test]
+    fn a_whole_day_of_samples_is_at_most_150_values() {
+        // A 24-hour interval (the longest METRICS_INTERVAL) with a sawtooth load:
+        // 86,400 samples over 1,000 distinct values.
+        let t0 = Instant::now();
+        let mut plan = Plan::new(Duration::from_secs(86_400), None, t0);
+        let mut all = Vec::new();
+        for s in 0..86_400u64 {
+            let n = s % 1000;
+            plan.record(sample(n, 0.0, 0.0), at(t0, s as f64));
+            all.push(n as f64);
+        }
+        all.sort_by(f64::total_cmp);
+        let batch = plan.take(at(t0, 86_400.0));
+        let Value::Samples(pairs) = &batch[0].value else {
+            panic!("{batch:?}")
+        };
+        assert_eq!(pairs.len(), MAX_VALUES);
+        let sent = expand(pairs);
+        assert_eq!(sent.len(), all.len(), "SampleCount");
+        let (was, is) = (all.iter().sum::<f64>(), sent.iter().sum::<f64>());
+        assert!(
+            (was - is).abs() < 1e-6 * was,
+            "Sum: {was} sampled, {is} sent"
+        );
+        assert_eq!(
+            (sent[0], sent[sent.len() - 1]),
+            (0.0, 999.0),
+            "Minimum, Maximum"
+        );
+        // 998 values between, in 148 runs of 6 or 7 neighbours: a percentile moves by
+        // at most a run's width (6).
+        for p in [10.0, 50.0, 90.0, 99.0] {
+            let (was, is) = (percentile(&all, p), percentile(&sent, p));
+            assert!((was - is).abs() <= 6.0, "p{p}: {was} sampled, {is} sent");
+        }
+    }
+
+    #[test]
+    fn fit_keeps_up_to_max_values_and_merges_neighbours_beyond() {
+        type Pairs = &'static [(f64, u64)];
+        // (distinct values in, at most, what goes out)
+        let table: &[(Pairs, usize, Pairs)] = &[
+            (&[], 5, &[]),
+            (&[(7.0, 10)], 5, &[(7.0, 10)]),
+            (
+                &[(1.0, 1), (2.0, 1), (3.0, 1), (4.0, 1), (5.0, 1)],
+                5,
+                &[(1.0, 1), (2.0, 1), (3.0, 1), (4.0, 1), (5.0, 1)],
+            ),
+            // One too many: two neighbours between become one, at their mean.
+            (
+                &[(1.0, 1), (2.0, 1), (3.0, 3), (4.0, 1), (5.0, 1), (6.0, 1)],
+                5,
+                &[(1.0, 1), (2.0, 1), (3.0, 3), (4.5, 2), (6.0, 1)],
+            ),
+            // Lowest and highest stay as they are, whatever their counts.
+            (
+                &[
+                    (0.0, 9),
+                    (10.0, 1),
+                    (11.0, 1),
+                    (12.0, 1),
+                    (13.0, 1),
+                    (14.0, 1),
+                    (100.0, 2),
+                ],
+                4,
+                &[(0.0, 9), (10.5, 2), (13.0, 3), (100.0, 2)],
+            ),
+        ];
+        for (input, max, expected) in table {
+            let out = fit(input.to_vec(), *max);
+            assert_eq!(out, expected.to_vec(), "{input:?} into {max}");
+            let (was, is) = (expand(input), expand(&out));
+            assert_eq!(was.len(), is.len(), "SampleCount of {input:?}");
+            assert_eq!(
+                was.iter().sum::<f64>(),
+                is.iter().sum::<f64>(),
+                "Sum of {input:?}"
+            );
+            assert!(out.windows(2).all(|w| w[0].0 < w[1].0), "{out:?} ascending");
+        }
     }
 }

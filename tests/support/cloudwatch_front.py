@@ -22,10 +22,25 @@ Control and read-back, on the front's own port:
                    default 600000), e.g. `throttle times=1`, `refuse secs=3`, `delay ms=800`
     GET  /_fault   the fault in force, as JSON
     GET  /_data[?namespace=NS]   every datum of every PutMetricData that moto accepted, as
-                   sent (StorageResolution included, which moto's backend drops), plus
-                   moto's own backend records under "moto_backend"
+                   sent (StorageResolution included, which moto's backend drops; Values
+                   and Counts as "values" and "counts"), plus moto's own backend records
+                   under "moto_backend": moto 5.x stores a datum sent as Values/Counts as
+                   one raw point per occurrence (value[i] appended counts[i] times, see
+                   CloudWatchBackend.put_metric_data), and a StatisticSet as one
+                   aggregated record
+    GET  /_percentile?namespace=NS&name=METRIC&p=50
+                   pNN of METRIC per 1-second timestamp, computed here from moto's stored
+                   points, because moto computes no percentiles (it ignores
+                   ExtendedStatistics). It follows CloudWatch's documented rule: raw
+                   values count; a statistic set counts only when its SampleCount is 1 or
+                   its Minimum equals its Maximum (then every sample in it is known), and
+                   any other statistic set leaves the second with no pNN (value null).
+                   Nearest rank: the smallest value with at least p % of the points at
+                   or below it. Each entry: timestamp (whole epoch second), raw (points
+                   from raw values), sets (statistic sets), value
     GET  /_log     every API request received: time, operation, fault applied, status,
-                   access_key and session_token that signed it
+                   access_key and session_token that signed it, bytes (the request body
+                   as the client encoded it, after any gzip)
     POST /_reset   forget the recorded data and the log, clear moto's backend
     GET  /_creds   ECS-style container credentials (AWS_CONTAINER_CREDENTIALS_FULL_URI)
     GET  /_info    {"port", "moto_port"}
@@ -221,6 +236,49 @@ def moto_backend_records(namespace):
     return out
 
 
+def percentiles(namespace, name, p):
+    """pNN per 1-second timestamp from moto's stored points (see the module note)."""
+    try:
+        from moto.cloudwatch.models import MetricAggregatedDatum, cloudwatch_backends
+    except Exception as e:  # pragma: no cover
+        return {"error": str(e)}
+    seconds = {}
+    for _, regions in cloudwatch_backends.items():
+        for _, backend in regions.items():
+            for m in backend.metric_data:
+                if m.namespace != namespace or m.name != name:
+                    continue
+                second = int(m.timestamp.timestamp())
+                entry = seconds.setdefault(second, {"values": [], "raw": 0, "sets": 0, "unknown": False})
+                if isinstance(m, MetricAggregatedDatum):
+                    entry["sets"] += 1
+                    if m.sample_count == 1 or m.min == m.max:
+                        entry["values"].extend([m.min] * int(m.sample_count))
+                    else:
+                        entry["unknown"] = True
+                else:
+                    entry["raw"] += 1
+                    entry["values"].append(m.value)
+    out = []
+    for second in sorted(seconds):
+        e = seconds[second]
+        values = sorted(e["values"])
+        value = None
+        if values and not e["unknown"]:
+            rank = max(1, -(-len(values) * p // 100))  # ceil(n * p / 100)
+            value = values[int(rank) - 1]
+        out.append({"timestamp": second, "raw": e["raw"], "sets": e["sets"], "value": value})
+    return out
+
+
+def over_the_value_limit(params):
+    """CloudWatch refuses a datum with more than 150 Values; moto does not check it."""
+    for i, d in enumerate(params.get("MetricData") or [], start=1):
+        if len(d.get("Values") or []) > 150:
+            return f"MetricData.member.{i}.Values has {len(d['Values'])} values; at most 150 are allowed"
+    return None
+
+
 def error_body(type_id, message):
     return cbor_bytes({"__type": type_id, "message": message})
 
@@ -271,6 +329,11 @@ class Handler(http.server.BaseHTTPRequestHandler):
             with STATE.lock:
                 data = [d for d in STATE.data if ns is None or d["namespace"] == ns]
             return self.reply_json({"namespace": ns, "data": data, "moto_backend": moto_backend_records(ns)})
+        if url.path == "/_percentile":
+            ns = (q.get("namespace") or [""])[0]
+            name = (q.get("name") or [""])[0]
+            p = float((q.get("p") or ["50"])[0])
+            return self.reply_json(percentiles(ns, name, p))
         if url.path == "/_log":
             with STATE.lock:
                 return self.reply_json(list(STATE.log))
@@ -350,6 +413,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 pass
             return None
         body = self.read_body()
+        entry["bytes"] = len(body)
         if mode == "hang":
             # Accept the request, never answer (until the fault changes or ms elapse).
             ev = STATE.fault_changed
@@ -388,6 +452,14 @@ class Handler(http.server.BaseHTTPRequestHandler):
                 400,
                 error_body("com.amazon.coral.service#SerializationException", f"bad CBOR: {e}"),
                 [("smithy-protocol", "rpc-v2-cbor")],
+            )
+        too_many = over_the_value_limit(params) if op == "PutMetricData" else None
+        if too_many:
+            entry["status"] = 400
+            return self.reply(
+                400,
+                error_body("com.amazonaws.cloudwatch#InvalidParameterValue", too_many),
+                [("smithy-protocol", "rpc-v2-cbor"), ("x-amzn-query-error", "InvalidParameterValue;Sender")],
             )
         status, headers, resp = self.forward(op, to_json_value(params))
         entry["status"] = status
