@@ -103,6 +103,39 @@ pub struct Look {
     /// The latest sample that saw traffic: a request in flight, a new connection, or
     /// bytes received on one. `None`: none seen since lifeguard started.
     pub last_busy: Option<Instant>,
+    /// What that sample saw, for the log (the rule does not read it).
+    pub busy_by: Busy,
+}
+
+/// What made a look at the port busy.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Busy {
+    #[default]
+    Nothing,
+    /// A request in flight (accept queue or outstanding).
+    InFlight,
+    /// A connection the previous look did not have.
+    NewConnection,
+    /// Bytes received on a connection the previous look had.
+    BytesIn,
+    /// The network namespace accepted connections the port's new ones and lifeguard's
+    /// own endpoint do not account for: one that opened and closed between two looks,
+    /// or one to another listener of the namespace (a sidecar's).
+    NamespaceOpens,
+}
+
+impl Busy {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Busy::Nothing => "nothing",
+            Busy::InFlight => "a request in flight",
+            Busy::NewConnection => "a new connection",
+            Busy::BytesIn => "bytes received on a connection",
+            Busy::NamespaceOpens => {
+                "a connection accepted elsewhere in the network namespace, or opened and closed between two looks"
+            }
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -703,6 +736,7 @@ mod tests {
             taken: at(taken),
             in_flight,
             last_busy: busy.map(at),
+            busy_by: Busy::InFlight,
         }))
     }
 

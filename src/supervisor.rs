@@ -239,10 +239,15 @@ impl Supervisor {
                 "--drain-max reached with requests still in flight: relaying the stop signal anyway",
                 &[("after", &after_ms), ("in_flight", &in_flight)],
             ),
-            DrainEnd::DrainMax => logging::info(
-                "--drain-max reached: drain over",
-                &[("after", &after_ms)],
-            ),
+            DrainEnd::DrainMax => {
+                // Nothing in flight, but the port never stayed quiet: say what kept it
+                // busy (a sidecar's connections in the same network namespace, say).
+                let by = self.last_look.map_or("nothing", |l| l.busy_by.describe());
+                logging::info(
+                    "--drain-max reached: the port was never quiet for --drain-quiet",
+                    &[("after", &after_ms), ("last_busy_by", &by)],
+                )
+            }
             DrainEnd::SecondTerm => logging::info(
                 "second SIGTERM: drain cut short",
                 &[("after", &after_ms), ("in_flight", &in_flight)],

@@ -482,9 +482,16 @@ fn through_an_outage(fault: &str, result: &str, env: &[(&str, &str)]) {
         ("METRICS_INTERVAL", "1"),
     ];
     vars.extend_from_slice(env);
-    // An in-flight source, so that every interval has data to send.
+    // An in-flight source, so that every interval has data to send. The stop relays at
+    // the first look with nothing in flight (--drain-quiet 0): this test runs in the
+    // host's network namespace, whose passive-open counter every other test moves, and
+    // times the exit, not the drain (tests/drain.rs does).
     let inflight = free_port().to_string();
-    let (mut run, port) = start_publishing(&emulator, &["--inflight-port", &inflight], &vars);
+    let (mut run, port) = start_publishing(
+        &emulator,
+        &["--inflight-port", &inflight, "--drain-quiet", "0"],
+        &vars,
+    );
     let counter = format!("lifeguard_cloudwatch_requests_total{{result=\"{result}\"}}");
     let until = Instant::now() + PATIENCE;
     loop {

@@ -22,7 +22,7 @@ use crate::board::Board;
 pub use crate::board::{Sample, Scope};
 use crate::faults;
 use crate::helpers::{self, Helper};
-use crate::lifecycle::{Look, Phase};
+use crate::lifecycle::{Busy, Look, Phase};
 use crate::logging;
 
 /// How often the sampler runs: once a second.
@@ -273,6 +273,7 @@ async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, boa
 #[derive(Default)]
 struct Traffic {
     last_busy: Option<Instant>,
+    busy_by: Busy,
     /// Each connection's cookie and bytes received at the last look.
     seen: HashMap<u64, u64>,
     looked: bool,
@@ -303,6 +304,7 @@ impl Traffic {
                 taken: look.at,
                 in_flight: None,
                 last_busy: self.last_busy,
+                busy_by: self.busy_by,
             };
         };
         let arrived = inflight::arrivals(&mut self.seen, !self.looked, sockets);
@@ -315,13 +317,26 @@ impl Traffic {
         };
         self.opens = look.passive_opens.map(|n| (n, look.own_accepts));
         self.looked = true;
-        if found.requests > 0 || arrived.connections > 0 || arrived.bytes || opened_elsewhere {
+        let busy = if found.requests > 0 {
+            Busy::InFlight
+        } else if arrived.connections > 0 {
+            Busy::NewConnection
+        } else if arrived.bytes {
+            Busy::BytesIn
+        } else if opened_elsewhere {
+            Busy::NamespaceOpens
+        } else {
+            Busy::Nothing
+        };
+        if busy != Busy::Nothing {
             self.last_busy = Some(look.at);
+            self.busy_by = busy;
         }
         Look {
             taken: look.at,
             in_flight: Some(found.requests),
             last_busy: self.last_busy,
+            busy_by: self.busy_by,
         }
     }
 }
@@ -566,9 +581,10 @@ mod tests {
             Some(at(400))
         );
         // An open nothing explains: a connection opened and closed between two looks.
+        let got = look(600, Some((idle, &two)), Some(53), 4);
         assert_eq!(
-            look(600, Some((idle, &two)), Some(53), 4).last_busy,
-            Some(at(600))
+            (got.last_busy, got.busy_by),
+            (Some(at(600)), Busy::NamespaceOpens)
         );
         // The endpoint's accept seen before the counter moved: never quiet-making debt.
         assert_eq!(
