@@ -91,6 +91,8 @@ pub struct Counters {
     /// is shown until publishing is on.
     cloudwatch: [AtomicU64; 4],
     cloudwatch_on: AtomicBool,
+    /// The publisher runs with a client (false: it could not start, e.g. no region).
+    cloudwatch_publishing: AtomicBool,
     /// Connections lifeguard's own endpoint accepted: the drain's quiet rule tells them
     /// from the app's.
     endpoint_accepted: AtomicU64,
@@ -104,12 +106,14 @@ pub struct Snapshot {
     /// ("/readyz answers draining at once").
     pub term_pending: bool,
     pub check: AppCheck,
-    /// (signal, count) for every signal forwarded at least once.
+    /// (signal, count) for every signal forwarded at least once, and the usual ones.
     pub forwarded: Vec<(Signal, u64)>,
     pub zombies_reaped: u64,
     pub metadata_failures: u64,
-    /// (outcome, calls) for every outcome, when CloudWatch publishing is on.
+    /// (outcome, calls) for every outcome, when CloudWatch publishing is configured.
     pub cloudwatch: Option<Vec<(Outcome, u64)>>,
+    /// Whether the publisher runs (configured, and started with a region).
+    pub cloudwatch_publishing: bool,
     /// (helper, panics) for every helper that runs.
     pub helper_failures: Vec<(Helper, u64)>,
     /// The last drain's length, from its SIGTERM to the stop signal (or the app's exit).
@@ -148,6 +152,7 @@ impl Board {
                 metadata_failures: AtomicU64::new(0),
                 cloudwatch: std::array::from_fn(|_| AtomicU64::new(0)),
                 cloudwatch_on: AtomicBool::new(false),
+                cloudwatch_publishing: AtomicBool::new(false),
                 endpoint_accepted: AtomicU64::new(0),
             },
             supervisor_bell: Bell::new()?,
@@ -173,6 +178,7 @@ impl Board {
             zombies_reaped: self.counters.zombies_reaped.load(Ordering::Relaxed),
             metadata_failures: self.counters.metadata_failures.load(Ordering::Relaxed),
             cloudwatch: self.counters.cloudwatch(),
+            cloudwatch_publishing: self.counters.cloudwatch_publishing.load(Ordering::Relaxed),
             helper_failures: helpers::failures(),
             drain_seconds: (!drain.is_nan()).then_some(drain),
             sample,
@@ -288,9 +294,15 @@ impl Counters {
         self.metadata_failures.fetch_add(1, Ordering::Relaxed);
     }
 
-    /// CloudWatch publishing is on: its counters are shown from now, zeros included.
+    /// CloudWatch publishing is configured: its counters are shown from now, zeros
+    /// included (set before the app starts, so from the first scrape).
     pub fn cloudwatch_on(&self) {
         self.cloudwatch_on.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the publisher is running with a client.
+    pub fn cloudwatch_publishing(&self, running: bool) {
+        self.cloudwatch_publishing.store(running, Ordering::Relaxed);
     }
 
     pub fn cloudwatch_request(&self, outcome: Outcome) {
@@ -308,7 +320,19 @@ impl Counters {
         })
     }
 
+    /// Every signal forwarded at least once, and the usual ones always (at 0 until
+    /// then): a series that appears only after the first signal breaks `rate()` and
+    /// `absent()` in dashboards and alerts.
     fn forwarded(&self) -> Vec<(Signal, u64)> {
+        const USUAL: [i32; 7] = [
+            libc::SIGTERM,
+            libc::SIGINT,
+            libc::SIGQUIT,
+            libc::SIGHUP,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
+            libc::SIGWINCH,
+        ];
         (1..=signals::MAX)
             .map(|n| {
                 (
@@ -316,7 +340,7 @@ impl Counters {
                     self.forwarded[n as usize].load(Ordering::Relaxed),
                 )
             })
-            .filter(|(_, count)| *count > 0)
+            .filter(|(signal, count)| *count > 0 || USUAL.contains(&signal.0))
             .collect()
     }
 }
@@ -393,7 +417,12 @@ mod tests {
         let snap = board.snapshot();
         assert_eq!(snap.phase, Phase::Running);
         assert!(snap.ready() && !snap.draining());
-        assert_eq!(snap.forwarded, vec![(signals::HUP, 1), (signals::TERM, 2)]);
+        let forwarded: Vec<_> = snap.forwarded.iter().filter(|(_, n)| *n > 0).collect();
+        assert_eq!(forwarded, vec![&(signals::HUP, 1), &(signals::TERM, 2)]);
+        // The usual signals are there from the start, at 0.
+        let usr1 = snap.forwarded.iter().find(|(s, _)| s.0 == libc::SIGUSR1);
+        assert_eq!(usr1, Some(&(Signal(libc::SIGUSR1), 0)));
+        assert!(!snap.forwarded.iter().any(|(s, _)| s.0 == libc::SIGPWR));
         assert_eq!(snap.zombies_reaped, 1);
         board.set_phase(Phase::Stopping);
         let snap = board.snapshot();

@@ -54,18 +54,34 @@ const WRITE_STALL_LIMIT: Duration = Duration::from_secs(5);
 pub const RECEIVE_BUFFER: usize = MAX_HEAD;
 pub const SEND_BUFFER: usize = 64 * 1024;
 
-/// Serves the endpoint from the bound `listener` on a thread of its own, started now
-/// (before the app). If the thread cannot start, lifeguard runs without the endpoint.
-pub fn start(listener: std::net::TcpListener, board: Arc<Board>, cap: usize) {
+/// Serves the endpoint from the bound `listeners` (one per address) on a thread of its
+/// own, started now (before the app). If the thread cannot start, lifeguard runs
+/// without the endpoint.
+pub fn start(listeners: Vec<std::net::TcpListener>, board: Arc<Board>, cap: usize) {
     let started = helpers::start(Helper::Endpoint, false, move || {
-        // Each run (a restart after a panic included) serves a copy of the one listener,
+        // Each run (a restart after a panic included) serves copies of the listeners,
         // registered with this run's reactor (so, inside the future).
-        let listener = listener.try_clone();
+        let copies: Vec<_> = listeners.iter().map(|l| l.try_clone()).collect();
         let board = board.clone();
         async move {
-            match listener.and_then(TcpListener::from_std) {
-                Ok(listener) => serve(listener, board, cap).await,
-                Err(err) => logging::error(format!("endpoint unavailable: {err}"), &[]),
+            let registry = Arc::new(Mutex::new(Registry::new(cap)));
+            let mut accepting = tokio::task::JoinSet::new();
+            for copy in copies {
+                match copy.and_then(TcpListener::from_std) {
+                    Ok(listener) => {
+                        accepting.spawn(serve(listener, board.clone(), registry.clone()));
+                    }
+                    Err(err) => logging::error(format!("endpoint unavailable: {err}"), &[]),
+                }
+            }
+            // A panic in an accept loop restarts the whole endpoint (helpers.rs); the
+            // set aborts the other loops as it is dropped.
+            while let Some(done) = accepting.join_next().await {
+                if let Err(err) = done {
+                    if err.is_panic() {
+                        std::panic::resume_unwind(err.into_panic());
+                    }
+                }
             }
         }
     });
@@ -74,9 +90,9 @@ pub fn start(listener: std::net::TcpListener, board: Arc<Board>, cap: usize) {
     }
 }
 
-/// Accepts connections until the runtime stops; at most `cap` at once.
-async fn serve(listener: TcpListener, board: Arc<Board>, cap: usize) {
-    let registry = Arc::new(Mutex::new(Registry::new(cap)));
+/// Accepts connections until the runtime stops; at most the registry's cap at once,
+/// over every listener.
+async fn serve(listener: TcpListener, board: Arc<Board>, registry: Arc<Mutex<Registry>>) {
     loop {
         let stream = match listener.accept().await {
             Ok((stream, _)) => stream,

@@ -27,18 +27,22 @@ use crate::kernel::QuickStderr;
 pub enum Level {
     Error = 0,
     Warn = 1,
-    Info = 2,
-    Debug = 3,
-    Trace = 4,
+    /// Shown by default with warnings: the few lines an operator reading `docker logs`
+    /// expects of a stop (SIGTERM received, the drain's end, the stop signal relayed,
+    /// the app's exit, lifeguard's exit code).
+    Notice = 2,
+    Info = 3,
+    Debug = 4,
+    Trace = 5,
 }
 
 impl Level {
-    /// 0 = errors only, 1 = warnings (the default), 2 = info, 3 = debug, 4+ = trace: the
-    /// same scale as `TINI_VERBOSITY`.
+    /// 0 = errors only, 1 = warnings and notices (the default), 2 = info, 3 = debug,
+    /// 4+ = trace: the same scale as `TINI_VERBOSITY`.
     pub fn from_verbosity(n: i64) -> Level {
         match n {
             i64::MIN..=0 => Level::Error,
-            1 => Level::Warn,
+            1 => Level::Notice,
             2 => Level::Info,
             3 => Level::Debug,
             _ => Level::Trace,
@@ -49,6 +53,7 @@ impl Level {
         match self {
             Level::Error => "error",
             Level::Warn => "warning",
+            Level::Notice => "notice",
             Level::Info => "info",
             Level::Debug => "debug",
             Level::Trace => "trace",
@@ -62,7 +67,7 @@ pub enum Format {
     Json,
 }
 
-static LEVEL: AtomicU8 = AtomicU8::new(Level::Warn as u8);
+static LEVEL: AtomicU8 = AtomicU8::new(Level::Notice as u8);
 static JSON: AtomicBool = AtomicBool::new(false);
 /// Where lines go once supervision starts; plain blocking writes before.
 static SINK: OnceLock<Sink> = OnceLock::new();
@@ -322,6 +327,9 @@ pub fn error(msg: impl Display, fields: &[Field]) {
 pub fn warn(msg: impl Display, fields: &[Field]) {
     log(Level::Warn, msg, fields)
 }
+pub fn notice(msg: impl Display, fields: &[Field]) {
+    log(Level::Notice, msg, fields)
+}
 pub fn info(msg: impl Display, fields: &[Field]) {
     log(Level::Info, msg, fields)
 }
@@ -370,7 +378,7 @@ pub fn log(level: Level, msg: impl Display, fields: &[Field]) {
         return;
     }
     let sink = SINK.get();
-    if level > Level::Warn && matches!(sink, Some(Sink::WarningsOnly)) {
+    if level > Level::Notice && matches!(sink, Some(Sink::WarningsOnly)) {
         return;
     }
     let line = text_or_json_line(level, &msg, fields);
@@ -520,7 +528,7 @@ mod tests {
     #[test]
     fn verbosity_scale_matches_tini() {
         assert_eq!(Level::from_verbosity(0), Level::Error);
-        assert_eq!(Level::from_verbosity(1), Level::Warn);
+        assert_eq!(Level::from_verbosity(1), Level::Notice);
         assert_eq!(Level::from_verbosity(2), Level::Info);
         assert_eq!(Level::from_verbosity(9), Level::Trace);
     }

@@ -70,10 +70,13 @@ fn run() -> anyhow::Result<ExitCode> {
         }
     };
     logging::init(settings.log_level, settings.log_format);
+    for warning in &settings.warnings {
+        logging::warn(warning, &[]);
+    }
     if let Some((target, timeout)) = &settings.probe {
         return Ok(ExitCode::from(probe::run(
             target,
-            settings.listen,
+            settings.listen.clone(),
             *timeout,
         )));
     }
@@ -97,16 +100,16 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
     }
     // Bound before the app starts, so an unusable explicit address stops everything
     // with 125 and nothing is left half-started.
-    let listener = bind_endpoint(settings.listen)?;
+    let listener = bind_endpoint(&settings.listen)?;
     let board = Board::new().context("creating the board's bells")?;
     // The helpers, each on a thread of its own, all started before the app (helpers.rs
     // says why). Samples are taken only for a reader: the endpoint, CloudWatch, or the
     // drain's hold.
-    if let Some((listener, cap)) = listener {
-        http::start(listener, board.clone(), cap);
+    if let Some((listeners, cap)) = listener {
+        http::start(listeners, board.clone(), cap);
     }
     app_check::start(settings.app_check, settings.check_interval, board.clone());
-    let sampled = settings.listen.addr.is_some()
+    let sampled = settings.listen.at.is_some()
         || settings.cloudwatch.is_some()
         || settings.metrics.inflight_port.is_some();
     if sampled {
@@ -144,7 +147,10 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
                 ) => EXIT_CANNOT_EXECUTE,
                 _ => EXIT_SETUP_FAILED,
             };
-            logging::error(format!("cannot run '{program}': {err}"), &[("code", &code)]);
+            logging::error(
+                format!("cannot run '{program}': {}", why_not_run(&program, &err)),
+                &[("code", &code)],
+            );
             return Ok(code);
         }
     };
@@ -164,44 +170,115 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
         publisher.flush();
     }
     kernel::restore_terminal(terminal);
-    logging::info("lifeguard exiting", &[("code", &code)]);
+    logging::notice("exiting", &[("code", &code)]);
     Ok(code)
 }
 
-/// The endpoint's listener, if it is on. An address the user named must work; the
-/// default may be taken (two lifeguards in one pod), which costs only a warning.
-/// Returns it with the number of connections it may hold at once.
-fn bind_endpoint(listen: cli::Listen) -> anyhow::Result<Option<(std::net::TcpListener, usize)>> {
-    let Some(addr) = listen.addr else {
+/// What the exec failure means for COMMAND: the kernel says EACCES both for a file
+/// without execute permission and for a directory, and a user who typed a directory
+/// should be told so.
+fn why_not_run(program: &str, err: &std::io::Error) -> String {
+    let is_dir = |path: &std::path::Path| path.metadata().is_ok_and(|m| m.is_dir());
+    if err.raw_os_error() == Some(libc::EACCES) {
+        // As execvp looks: the path itself, or the first PATH entry that has the name.
+        let found = if program.contains('/') {
+            Some(std::path::PathBuf::from(program))
+        } else {
+            std::env::var_os("PATH").and_then(|path| {
+                std::env::split_paths(&path)
+                    .map(|dir| dir.join(program))
+                    .find(|p| p.exists())
+            })
+        };
+        if let Some(path) = found.filter(|p| is_dir(p)) {
+            return format!("{} is a directory", path.display());
+        }
+    }
+    err.to_string()
+}
+
+/// How long a host name given to `--listen` may take to resolve, at start.
+const LISTEN_LOOKUP_LIMIT: Duration = Duration::from_secs(2);
+
+/// The endpoint's listeners (one per address), if it is on. An address the user named
+/// must work; the default may be taken (two lifeguards in one pod), which costs only a
+/// warning. Returns them with the number of connections they may hold at once.
+fn bind_endpoint(
+    listen: &cli::Listen,
+) -> anyhow::Result<Option<(Vec<std::net::TcpListener>, usize)>> {
+    let Some(at) = &listen.at else {
         return Ok(None);
+    };
+    let addrs = match at {
+        cli::ListenAt::Addr(addr) => vec![*addr],
+        cli::ListenAt::Name { host, port } => resolve(host, *port)?,
     };
     let limit = kernel::raise_descriptor_limit(MAX_DESCRIPTORS);
     let cap = (limit.saturating_sub(RESERVED_DESCRIPTORS) as usize).min(http::MAX_CONNECTIONS);
-    let bound = std::net::TcpListener::bind(addr).and_then(|l| {
-        l.set_nonblocking(true)?;
-        Ok(l)
-    });
-    match bound {
-        Ok(listener) => {
-            // Refinements only: a listener the kernel would not tune still serves.
-            if let Err(err) =
-                kernel::tune_listener(&listener, http::RECEIVE_BUFFER, http::SEND_BUFFER)
-            {
-                logging::warn(format!("endpoint socket left untuned: {err}"), &[]);
+    let mut listeners = Vec::new();
+    for addr in addrs {
+        let bound = std::net::TcpListener::bind(addr).and_then(|l| {
+            l.set_nonblocking(true)?;
+            Ok(l)
+        });
+        match bound {
+            Ok(listener) => {
+                // Refinements only: a listener the kernel would not tune still serves.
+                if let Err(err) =
+                    kernel::tune_listener(&listener, http::RECEIVE_BUFFER, http::SEND_BUFFER)
+                {
+                    logging::warn(format!("endpoint socket left untuned: {err}"), &[]);
+                }
+                logging::info(
+                    "endpoint listening",
+                    &[("addr", &addr), ("connections", &cap)],
+                );
+                listeners.push(listener);
             }
-            logging::info(
-                "endpoint listening",
-                &[("addr", &addr), ("connections", &cap)],
-            );
-            Ok(Some((listener, cap)))
+            Err(err) if listen.explicit => {
+                return Err(err).with_context(|| match at {
+                    cli::ListenAt::Name { .. } => format!("cannot listen on {addr} ({at})"),
+                    cli::ListenAt::Addr(_) => format!("cannot listen on {addr}"),
+                });
+            }
+            Err(err) => {
+                logging::warn(
+                    format!("cannot listen on the default address {addr}: {err}; running without the endpoint"),
+                    &[],
+                );
+                return Ok(None);
+            }
         }
-        Err(err) if listen.explicit => Err(err).with_context(|| format!("cannot listen on {addr}")),
-        Err(err) => {
-            logging::warn(
-                format!("cannot listen on the default address {addr}: {err}; running without the endpoint"),
-                &[],
-            );
-            Ok(None)
-        }
+    }
+    Ok(Some((listeners, cap)))
+}
+
+/// Every address of `host`, looked up once at start on a thread of its own (std's
+/// resolver blocks, and a resolver that never answers must not hold the start for
+/// ever): the endpoint listens on each of them.
+fn resolve(host: &str, port: u16) -> anyhow::Result<Vec<std::net::SocketAddr>> {
+    use std::net::ToSocketAddrs;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let name = host.to_string();
+    std::thread::Builder::new()
+        .name("listen-lookup".into())
+        .spawn(move || {
+            kernel::reblock_every_signal();
+            let _ = tx.send((name.as_str(), port).to_socket_addrs().map(|a| {
+                let mut addrs: Vec<_> = a.collect();
+                addrs.sort();
+                addrs.dedup();
+                addrs
+            }));
+        })
+        .context("starting the --listen lookup")?;
+    match rx.recv_timeout(LISTEN_LOOKUP_LIMIT) {
+        Ok(Ok(addrs)) if !addrs.is_empty() => Ok(addrs),
+        Ok(Ok(_)) => anyhow::bail!("cannot listen on {host}:{port}: the name has no address"),
+        Ok(Err(err)) => Err(err).with_context(|| format!("cannot listen on {host}:{port}")),
+        Err(_) => anyhow::bail!(
+            "cannot listen on {host}:{port}: no answer to the name lookup within {}",
+            humantime::format_duration(LISTEN_LOOKUP_LIMIT)
+        ),
     }
 }

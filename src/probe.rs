@@ -7,7 +7,7 @@ use std::io::Write;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::time::Duration;
 
-use crate::cli::{Listen, ProbeTarget};
+use crate::cli::{Listen, ListenAt, ProbeTarget};
 use crate::http_client;
 
 pub fn run(target: &ProbeTarget, listen: Listen, timeout: Duration) -> u8 {
@@ -54,9 +54,18 @@ fn target_uri(target: &ProbeTarget, listen: Listen) -> Result<hyper::Uri, String
         ProbeTarget::Ready => "/readyz",
         ProbeTarget::Live => "/livez",
     };
-    let addr = listen
-        .addr
+    let at = listen
+        .at
         .ok_or("the endpoint is off (--listen off / LIFEGUARD_LISTEN=off); give --probe a URL")?;
+    let addr = match at {
+        ListenAt::Addr(addr) => addr,
+        // The name the endpoint was bound to, looked up by the probe's own client.
+        ListenAt::Name { host, port } => {
+            return format!("http://{host}:{port}{path}")
+                .parse()
+                .map_err(|e| format!("{host}:{port}: {e}"));
+        }
+    };
     let addr = match addr.ip() {
         IpAddr::V4(ip) if ip.is_unspecified() => {
             SocketAddr::new(Ipv4Addr::LOCALHOST.into(), addr.port())
@@ -90,7 +99,7 @@ mod tests {
 
     fn listening_on(addr: Option<&str>) -> Listen {
         Listen {
-            addr: addr.map(|a| a.parse().unwrap()),
+            at: addr.map(|a| ListenAt::Addr(a.parse().unwrap())),
             explicit: true,
         }
     }
@@ -113,6 +122,17 @@ mod tests {
         assert_eq!(
             target_uri(&ProbeTarget::Live, listening_on(Some("[::1]:81"))).unwrap(),
             "http://[::1]:81/livez"
+        );
+        let named = Listen {
+            at: Some(ListenAt::Name {
+                host: "localhost".into(),
+                port: 9596,
+            }),
+            explicit: true,
+        };
+        assert_eq!(
+            target_uri(&ProbeTarget::Ready, named).unwrap(),
+            "http://localhost:9596/readyz"
         );
         assert!(target_uri(&ProbeTarget::Ready, listening_on(None))
             .unwrap_err()

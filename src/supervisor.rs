@@ -116,7 +116,19 @@ impl Supervisor {
                 );
                 continue;
             }
-            logging::info("signal received", &[("signal", &signal), ("from", &sender)]);
+            // si_pid is 0 for a signal from outside lifeguard's PID namespace (`docker
+            // stop`, the kubelet) or from the kernel itself.
+            let from = if sender == 0 {
+                "outside the namespace".to_string()
+            } else {
+                sender.to_string()
+            };
+            let fields: &[logging::Field] = &[("signal", &signal), ("from", &from)];
+            if signal == signals::TERM {
+                logging::notice("signal received", fields);
+            } else {
+                logging::info("signal received", fields);
+            }
             events.push(Event::Signal(signal));
         }
     }
@@ -127,7 +139,7 @@ impl Supervisor {
             match kernel::reap_one() {
                 Reaped::Child { pid, status } if pid == self.app_pid => {
                     let status = AppStatus::from_wait(status);
-                    logging::info(
+                    logging::notice(
                         "app exited",
                         &[
                             ("pid", &pid),
@@ -227,8 +239,8 @@ impl Supervisor {
         let after_ms = format!("{}ms", after.as_millis());
         let in_flight = in_flight.map_or_else(|| "unknown".to_string(), |n| n.to_string());
         match why {
-            DrainEnd::Delay => logging::info("drain delay over", &[("after", &after_ms)]),
-            DrainEnd::Quiet { quiet_for } => logging::info(
+            DrainEnd::Delay => logging::notice("drain delay over", &[("after", &after_ms)]),
+            DrainEnd::Quiet { quiet_for } => logging::notice(
                 "the port is quiet: drain over",
                 &[
                     ("after", &after_ms),
@@ -243,16 +255,16 @@ impl Supervisor {
                 // Nothing in flight, but the port never stayed quiet: say what kept it
                 // busy (a sidecar's connections in the same network namespace, say).
                 let by = self.last_look.map_or("nothing", |l| l.busy_by.describe());
-                logging::info(
+                logging::notice(
                     "--drain-max reached: the port was never quiet for --drain-quiet",
                     &[("after", &after_ms), ("last_busy_by", &by)],
                 )
             }
-            DrainEnd::SecondTerm => logging::info(
+            DrainEnd::SecondTerm => logging::notice(
                 "second SIGTERM: drain cut short",
                 &[("after", &after_ms), ("in_flight", &in_flight)],
             ),
-            DrainEnd::AppExited => logging::info(
+            DrainEnd::AppExited => logging::notice(
                 "the app exited during the drain",
                 &[("after", &after_ms), ("in_flight", &in_flight)],
             ),
@@ -266,7 +278,7 @@ impl Supervisor {
     fn announce(&mut self, before: Phase, after: Phase) {
         match after {
             Phase::Running => logging::info("app ready", &[]),
-            Phase::Draining => logging::info(
+            Phase::Draining => logging::notice(
                 "draining: not ready, stop signal relayed after the drain delay",
                 &[(
                     "delay",
@@ -332,10 +344,16 @@ impl Supervisor {
             let _ = kernel::send(target, signals::CONT);
         }
         let to = if group { "group" } else { "child" };
+        let level = if relay {
+            logging::Level::Notice
+        } else {
+            logging::Level::Info
+        };
         match result {
             Ok(()) => {
                 self.board.counters.signal_forwarded(signal);
-                logging::info(
+                logging::log(
+                    level,
                     what,
                     &[("signal", &signal), ("to", &to), ("pid", &self.app_pid)],
                 )

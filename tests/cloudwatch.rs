@@ -577,10 +577,71 @@ fn missing_credentials_cost_only_the_data() {
 }
 
 #[test]
+fn missing_credentials_are_said_on_one_line_and_instance_metadata_is_asked_once_a_lookup() {
+    // A stand-in for the instance metadata address, on loopback: it counts connections
+    // and closes each at once (nothing answers outside EC2).
+    let imds = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let imds_url = format!("http://{}", imds.local_addr().unwrap());
+    let asked = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    {
+        let asked = asked.clone();
+        std::thread::spawn(move || {
+            for conn in imds.incoming() {
+                asked.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                drop(conn);
+            }
+        });
+    }
+    let emulator = Emulator::start();
+    let ns = namespace("credentials");
+    let inflight = free_port().to_string();
+    let (mut run, port) = start_publishing(
+        &emulator,
+        &["--inflight-port", &inflight, "--log-format", "json"],
+        &[
+            ("METRICS_NAMESPACE", &ns),
+            ("METRICS_INTERVAL", "1"),
+            ("AWS_ACCESS_KEY_ID", ""),
+            ("AWS_SECRET_ACCESS_KEY", ""),
+            ("AWS_EC2_METADATA_DISABLED", ""),
+            ("AWS_EC2_METADATA_SERVICE_ENDPOINT", &imds_url),
+        ],
+    );
+    let failed = |port| -> f64 {
+        let (_, body) = get(port, "/metrics");
+        body.lines()
+            .find_map(|l| l.strip_prefix("lifeguard_cloudwatch_requests_total{result=\"error\"} "))
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0.0)
+    };
+    wait_until("three failed publishes", || {
+        (failed(port) >= 3.0).then_some(())
+    });
+    let calls = failed(port) as usize;
+    let lookups = asked.load(std::sync::atomic::Ordering::SeqCst);
+    assert!(
+        (1..=calls + 1).contains(&lookups),
+        "the instance metadata address was asked {lookups} times for {calls} publishes"
+    );
+    let line = run.expect_log("no AWS credentials");
+    let json: serde_json::Value = serde_json::from_str(&line).expect("one whole JSON line");
+    let msg = json["msg"].as_str().unwrap();
+    assert!(
+        msg.contains(
+            "(tried: Environment, Profile, WebIdentityToken, EcsContainer, Ec2InstanceMetadata)"
+        ) && msg.contains("set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY")
+            && !msg.contains('…'),
+        "{msg}"
+    );
+    run.signal(libc::SIGTERM);
+    let _ = run.wait_exit();
+}
+
+#[test]
 fn without_a_region_publishing_is_off_and_says_why() {
     let emulator = Emulator::start();
     let ns = namespace("region");
-    let (mut run, _) = start_publishing(
+    let (mut run, port) = start_publishing(
         &emulator,
         &[],
         &[
@@ -590,6 +651,12 @@ fn without_a_region_publishing_is_off_and_says_why() {
         ],
     );
     run.expect_log("CloudWatch publishing off: no AWS region");
+    // Said in /metrics too: configured, not publishing.
+    let (_, body) = get(port, "/metrics");
+    assert!(
+        body.contains("\nlifeguard_cloudwatch_publishing 0\n"),
+        "{body}"
+    );
     run.signal(libc::SIGUSR1);
     run.expect_line("signal USR1");
     run.signal(libc::SIGTERM);

@@ -536,6 +536,49 @@ fn an_explicit_address_that_cannot_be_bound_is_exit_125_before_the_app_starts() 
 }
 
 #[test]
+fn a_host_name_listens_on_every_address_it_resolves_to() {
+    // localhost resolves (/etc/hosts) to 127.0.0.1, and to ::1 where the host has it:
+    // the endpoint answers on each, and --probe finds it by the same name.
+    let port = free_port();
+    let listen = format!("localhost:{port}");
+    let mut run = start(
+        Mode::Subreaper,
+        &args(&["--listen", &listen, "--drain-delay", "0"], &[]),
+    );
+    run.ready();
+    wait_for_answer(port, "/readyz", 200, "ready");
+    let v6: Vec<std::net::SocketAddr> =
+        std::net::ToSocketAddrs::to_socket_addrs(&("localhost", port))
+            .unwrap()
+            .filter(|a| a.is_ipv6())
+            .collect();
+    for addr in &v6 {
+        let mut stream = TcpStream::connect(addr).expect("the endpoint on ::1");
+        stream
+            .write_all(b"GET /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            .unwrap();
+        let mut answer = String::new();
+        let _ = stream.read_to_string(&mut answer);
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    }
+    let out = lifeguard()
+        .args(["--probe", "ready"])
+        .env("LIFEGUARD_LISTEN", &listen)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    run.signal(libc::SIGTERM);
+    run.expect_exit(0);
+    // A name that does not resolve is an explicit address that cannot be used: 125.
+    let mut run = start(
+        Mode::Subreaper,
+        &args(&["--listen", "no-such-host.invalid:9"], &[]),
+    );
+    run.expect_exit(125);
+    run.expect_log("cannot listen on no-such-host.invalid:9");
+}
+
+#[test]
 fn a_busy_default_address_costs_a_warning_only() {
     // Occupy the default port (or find it occupied already): either way it is busy.
     let _held = TcpListener::bind("0.0.0.0:9595");

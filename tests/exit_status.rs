@@ -86,6 +86,13 @@ fn a_command_that_cannot_run_is_126_and_a_missing_one_127() {
         run.expect_log("plain-file");
         let mut run = start(mode, &["--", dir_text]);
         run.expect_exit(126);
+        // The kernel says "Permission denied" for a directory too: lifeguard says what
+        // it is.
+        let line = run.expect_log("cannot run");
+        assert!(
+            line.contains(&format!("{dir_text} is a directory")),
+            "{line}"
+        );
         let mut run = start(mode, &["--", "/no/such/program"]);
         run.expect_exit(127);
         let line = run.expect_log("/no/such/program");

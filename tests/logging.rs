@@ -1,5 +1,5 @@
-//! lifeguard's own log lines (DESIGN §7): lifecycle events at info, text or JSON, and a
-//! closed stderr never stopping supervision.
+//! lifeguard's own log lines: lifecycle events at info, a stop's few lines at the
+//! default level, text or JSON, and a closed stderr never stopping supervision.
 mod common;
 
 use common::*;
@@ -26,7 +26,7 @@ fn every_lifecycle_event_is_logged_at_info() {
             "grace deadline reached",
             "app exited",
             "killed by SIGKILL",
-            "lifeguard exiting code=137",
+            "exiting code=137",
         ] {
             assert!(
                 log.contains(event),
@@ -41,10 +41,45 @@ fn every_lifecycle_event_is_logged_at_info() {
 }
 
 #[test]
-fn default_level_is_quiet_about_routine_events() {
+fn default_level_says_only_how_the_app_ended() {
     let mut run = start(Mode::Pid1, &app(&["--exit", "0"]));
     run.expect_exit(0);
-    assert!(run.stderr().is_empty(), "{:?}", run.stderr());
+    let log = run.stderr();
+    assert_eq!(log.len(), 2, "{log:?}");
+    assert!(
+        log[0].starts_with("lifeguard: app exited pid=") && log[0].contains("code=0"),
+        "{log:?}"
+    );
+    assert_eq!(log[1], "lifeguard: exiting code=0");
+}
+
+#[test]
+fn default_level_tells_a_stop_in_a_few_lines() {
+    // What an operator reading `docker logs` expects of a stop, and nothing routine:
+    // the SIGTERM (from outside the namespace, as `docker stop` sends it), the drain and
+    // why it ended, the stop signal relayed, the app's exit, lifeguard's exit code.
+    let mut run = start(Mode::Pid1, &args(&["--drain-delay", "200ms"], &[]));
+    run.ready();
+    run.signal(libc::SIGHUP);
+    run.expect_line("signal HUP");
+    run.signal(libc::SIGTERM);
+    run.expect_exit(0);
+    let log = run.stderr();
+    let expected = [
+        "lifeguard: signal received signal=SIGTERM from=\"outside the namespace\"",
+        "lifeguard: draining: not ready, stop signal relayed after the drain delay delay=200ms",
+        "lifeguard: drain delay over after=",
+        "lifeguard: stop signal relayed signal=SIGTERM to=group pid=",
+        "lifeguard: app exited pid=",
+        "lifeguard: exiting code=0",
+    ];
+    assert_eq!(log.len(), expected.len(), "{log:#?}");
+    for (line, start) in log.iter().zip(expected) {
+        assert!(
+            line.starts_with(start),
+            "{line:?} is not {start:?}…\n{log:#?}"
+        );
+    }
 }
 
 #[test]
@@ -61,7 +96,10 @@ fn json_format_writes_one_object_per_line() {
             line.starts_with("{\"time\":\"") && line.ends_with('}'),
             "{line}"
         );
-        assert!(line.contains("\"level\":\"info\""), "{line}");
+        assert!(
+            line.contains("\"level\":\"info\"") || line.contains("\"level\":\"notice\""),
+            "{line}"
+        );
     }
     assert!(
         lines
@@ -136,8 +174,8 @@ fn without_a_log_writer_thread_lifeguard_says_so_once() {
         .count();
     assert_eq!(said, 1, "{stderr}");
     assert!(stderr.contains("cannot run 'true'"), "{stderr}");
-    // Info lines are dropped from then on.
-    assert!(!stderr.contains("lifeguard exiting"), "{stderr}");
+    // Info lines are dropped from then on (notices, such as the exit code, are kept).
+    assert!(!stderr.contains("app started"), "{stderr}");
 }
 
 /// Runs lifeguard (a plain child) through `wrapper`, which execs it, to the end.

@@ -194,3 +194,43 @@ fn a_real_prometheus_server_scrapes_lifeguard_every_second() {
     });
     assert_eq!(forwarded, 1.0);
 }
+
+#[test]
+fn every_configured_family_is_there_from_the_first_sample() {
+    // Dashboards and alerts (`rate()`, `absent()`) break on series that come and go:
+    // before the app listens, and before any signal, the figures are there at 0.
+    let port = free_port();
+    let idle_port = free_port().to_string();
+    let listen = listen_flag(port);
+    let run = start(
+        Mode::Pid1,
+        &args(&["--listen", &listen, "--inflight-port", &idle_port], &[]),
+    );
+    run.ready();
+    let body = wait_until("a first sample", || {
+        let (_, body) = request(port, "GET", "/metrics").ok()?;
+        body.contains("lifeguard_requests_in_flight")
+            .then_some(body)
+    });
+    for series in [
+        "lifeguard_requests_in_flight 0",
+        "lifeguard_accept_queue_length 0",
+        "lifeguard_signals_forwarded_total{signal=\"SIGTERM\"} 0",
+        "lifeguard_signals_forwarded_total{signal=\"SIGINT\"} 0",
+        "lifeguard_signals_forwarded_total{signal=\"SIGQUIT\"} 0",
+        "lifeguard_signals_forwarded_total{signal=\"SIGHUP\"} 0",
+        "lifeguard_signals_forwarded_total{signal=\"SIGUSR1\"} 0",
+        "lifeguard_signals_forwarded_total{signal=\"SIGUSR2\"} 0",
+        "lifeguard_signals_forwarded_total{signal=\"SIGWINCH\"} 0",
+        "lifeguard_helper_failures_total{helper=\"endpoint\"} 0",
+        "lifeguard_helper_failures_total{helper=\"sampler\"} 0",
+    ] {
+        assert!(
+            body.lines().any(|l| l == series),
+            "no `{series}` in the first scrape:\n{body}"
+        );
+    }
+    // No CloudWatch configured: none of its series.
+    assert!(!body.contains("lifeguard_cloudwatch"), "{body}");
+    drop(run);
+}

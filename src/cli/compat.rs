@@ -34,7 +34,7 @@ pub(super) fn log_level(
     if truthy(lookup("DUMB_INIT_DEBUG")) {
         return Ok(Level::Debug);
     }
-    Ok(Level::Warn)
+    Ok(Level::Notice)
 }
 
 pub(super) fn truthy(value: Option<String>) -> bool {

@@ -19,32 +19,41 @@ use crate::signals::{self, Signal};
     about = "PID 1 for containers: reaps zombies, forwards signals, drains before stopping, \
              and kills what outlives the grace deadline.",
     override_usage = "lifeguard [OPTIONS] [--] COMMAND [ARG...]\n       lifeguard --probe [ready|live|URL]",
-    after_help = "Every option can also be set as LIFEGUARD_<NAME> (e.g. LIFEGUARD_DRAIN_DELAY=2s); \
-                  the flag wins. See lifeguard(1)."
+    after_help = "Environment:\n  \
+        LIFEGUARD_<NAME>           every option, e.g. LIFEGUARD_DRAIN_DELAY=2s; the flag wins\n  \
+        METRICS_NAMESPACE          publish to CloudWatch under this namespace (off when empty)\n  \
+        METRICS_INTERVAL           seconds between publishes (default 10; 1 or more)\n  \
+        METRICS_DIMENSIONS         NAME=VALUE,... on every datum (ClusterName=prod,ServiceName=web)\n  \
+        METRICS_BURST_THRESHOLD    publish at once when requests in flight reach this (0: never)\n  \
+        AWS_REGION, AWS_*          the AWS SDK's region, credentials, AWS_ENDPOINT_URL_CLOUDWATCH\n  \
+        ECS_CONTAINER_METADATA_URI_V4  set by ECS: CPU and memory become the task's\n  \
+        TINI_SUBREAPER, TINI_KILL_PROCESS_GROUP, TINI_VERBOSITY, DUMB_INIT_SETSID, DUMB_INIT_DEBUG\n                             \
+        tini's and dumb-init's, honoured\n\n\
+        See lifeguard(1)."
 )]
 pub(super) struct Cli {
     /// After SIGTERM: time spent not-ready before the stop signal is relayed
     #[arg(long, env = "LIFEGUARD_DRAIN_DELAY", value_name = "DUR", default_value = "5s",
-          value_parser = parse_duration, allow_negative_numbers = true)]
+          value_parser = parse_duration, allow_hyphen_values = true)]
     pub(super) drain_delay: Duration,
 
     /// With --inflight-port: after the drain delay, hold the stop signal until the port is
     /// quiet (see --drain-quiet), up to DUR after the SIGTERM. Default: halfway from the
     /// drain delay to the grace deadline. No effect without --inflight-port
     #[arg(long, env = "LIFEGUARD_DRAIN_MAX", value_name = "DUR",
-          value_parser = parse_duration, allow_negative_numbers = true)]
+          value_parser = parse_duration, allow_hyphen_values = true)]
     pub(super) drain_max: Option<Duration>,
 
     /// With --inflight-port: the port is quiet when nothing is in flight and no new request
     /// (a new connection, or bytes received on one) has reached it for DUR; 0 = the first
     /// look with nothing in flight
     #[arg(long, env = "LIFEGUARD_DRAIN_QUIET", value_name = "DUR", default_value = "1s",
-          value_parser = parse_duration, allow_negative_numbers = true)]
+          value_parser = parse_duration, allow_hyphen_values = true)]
     pub(super) drain_quiet: Duration,
 
     /// Deadline counted from SIGTERM (drain included); then SIGKILL. Must exceed the drain delay
     #[arg(long, env = "LIFEGUARD_GRACE", value_name = "DUR", default_value = "25s",
-          value_parser = parse_duration, allow_negative_numbers = true)]
+          value_parser = parse_duration, allow_hyphen_values = true)]
     pub(super) grace: Duration,
 
     /// Health and metrics endpoint address (HOST:PORT, :PORT), or `off`. Default 0.0.0.0:9595
@@ -61,7 +70,7 @@ pub(super) struct Cli {
 
     /// How often the app check runs; it also times out after this long
     #[arg(long, env = "LIFEGUARD_READY_INTERVAL", value_name = "DUR", default_value = "1s",
-          value_parser = parse_positive_duration, allow_negative_numbers = true)]
+          value_parser = parse_positive_duration, allow_hyphen_values = true)]
     pub(super) ready_interval: Duration,
 
     /// Count the app's in-flight requests on this TCP port (accept queue plus requests
@@ -78,7 +87,7 @@ pub(super) struct Cli {
 
     /// How long --probe waits for the answer
     #[arg(long, env = "LIFEGUARD_PROBE_TIMEOUT", value_name = "DUR", default_value = "2s",
-          value_parser = parse_positive_duration, allow_negative_numbers = true)]
+          value_parser = parse_positive_duration, allow_hyphen_values = true)]
     pub(super) probe_timeout: Duration,
 
     /// Signal only the direct child, not its process group (dumb-init -c)

@@ -24,11 +24,28 @@ use compat::log_level;
 use flags::Cli;
 
 /// The endpoint address: `explicit` when the user named it (flag or environment), which
-/// turns a failure to bind into an error instead of a warning (DESIGN §4).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// turns a failure to bind into an error instead of a warning; `None` is `off`.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Listen {
-    pub addr: Option<SocketAddr>,
+    pub at: Option<ListenAt>,
     pub explicit: bool,
+}
+
+/// Where the endpoint listens: an address, or a host name resolved once at start, the
+/// endpoint then listening on every address it gives (`localhost`: 127.0.0.1 and ::1).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ListenAt {
+    Addr(SocketAddr),
+    Name { host: String, port: u16 },
+}
+
+impl std::fmt::Display for ListenAt {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ListenAt::Addr(addr) => write!(f, "{addr}"),
+            ListenAt::Name { host, port } => write!(f, "{host}:{port}"),
+        }
+    }
 }
 
 pub const DEFAULT_LISTEN: &str = "0.0.0.0:9595";
@@ -76,6 +93,8 @@ pub struct Settings {
     pub warn_on_reap: bool,
     pub log_level: Level,
     pub log_format: logging::Format,
+    /// Warnings for the log, once it is set up (settings that are ignored).
+    pub warnings: Vec<String>,
 }
 
 /// What parsing decided: run, or stop at once with clap's message (help, version, or a
@@ -289,7 +308,9 @@ fn settings(
         },
         command: cli.command,
         listen: cli.listen.unwrap_or_else(|| Listen {
-            addr: Some(DEFAULT_LISTEN.parse().expect("valid default")),
+            at: Some(ListenAt::Addr(
+                DEFAULT_LISTEN.parse().expect("valid default"),
+            )),
             explicit: false,
         }),
         app_check,
@@ -313,6 +334,13 @@ fn settings(
             Err(message) => return Err(message),
         },
         log_format: cli.log_format,
+        warnings: match cloudwatch::config::ignored(lookup) {
+            ignored if ignored.is_empty() || probe.is_some() => Vec::new(),
+            ignored => vec![format!(
+                "{} ignored: CloudWatch publishing is off without METRICS_NAMESPACE",
+                ignored.join(", ")
+            )],
+        },
         probe,
     })
 }
@@ -367,7 +395,7 @@ mod tests {
         assert_eq!(s.lifecycle.drain_delay, Duration::from_secs(5));
         assert_eq!(s.lifecycle.grace, Duration::from_secs(25));
         assert!(s.lifecycle.group);
-        assert_eq!(s.log_level, Level::Warn);
+        assert_eq!(s.log_level, Level::Notice);
         assert_eq!(s.log_format, logging::Format::Text);
         assert_eq!(s.metrics, metrics::Config::default());
     }
@@ -455,7 +483,7 @@ mod tests {
         assert_eq!(
             s.listen,
             Listen {
-                addr: Some("0.0.0.0:9595".parse().unwrap()),
+                at: Some(ListenAt::Addr("0.0.0.0:9595".parse().unwrap())),
                 explicit: false
             }
         );
@@ -468,7 +496,7 @@ mod tests {
         assert_eq!(
             s.listen,
             Listen {
-                addr: Some("0.0.0.0:8081".parse().unwrap()),
+                at: Some(ListenAt::Addr("0.0.0.0:8081".parse().unwrap())),
                 explicit: true
             }
         );
@@ -483,10 +511,22 @@ mod tests {
             ],
             &[],
         );
-        assert_eq!(s.listen.addr, None);
+        assert_eq!(s.listen.at, None);
         assert!(matches!(s.app_check, Some(AppCheckKind::Http(ref u)) if u.path() == "/health"));
         let s = ok(&["--listen", "[::1]:9000", "app"], &[]);
-        assert_eq!(s.listen.addr, Some("[::1]:9000".parse().unwrap()));
+        assert_eq!(
+            s.listen.at,
+            Some(ListenAt::Addr("[::1]:9000".parse().unwrap()))
+        );
+        // A host name, resolved at start (main.rs): --help says HOST:PORT.
+        let s = ok(&["--listen", "localhost:9596", "app"], &[]);
+        assert_eq!(
+            s.listen.at,
+            Some(ListenAt::Name {
+                host: "localhost".into(),
+                port: 9596
+            })
+        );
     }
 
     #[test]
@@ -608,7 +648,21 @@ mod tests {
         let m = usage_error(&[], &[]);
         assert!(m.contains("COMMAND"), "{m}");
         let m = usage_error(&["--listen", "nowhere", "app"], &[]);
-        assert!(m.contains("--listen") && m.contains("IP:PORT"), "{m}");
+        assert!(m.contains("--listen") && m.contains("HOST:PORT"), "{m}");
+        let m = usage_error(&["--listen", "bad_host:80", "app"], &[]);
+        assert!(
+            m.contains("--listen") && m.contains("localhost:9595"),
+            "{m}"
+        );
+        // A negative duration is a duration error, not clap's tip to write `-- -1s`
+        // (which would make it the command).
+        let m = usage_error(&["--drain-delay", "-1s", "app"], &[]);
+        assert!(
+            m.contains("--drain-delay") && m.contains("negative") && !m.contains("tip"),
+            "{m}"
+        );
+        let m = usage_error(&["--grace", "--drain-delay", "1s", "app"], &[]);
+        assert!(m.contains("is a flag, not a value"), "{m}");
         let m = usage_error(&["--ready-http", "https://x/", "app"], &[]);
         assert!(m.contains("--ready-http") && m.contains("http://"), "{m}");
         let m = usage_error(&["--ready-tcp", "localhost", "app"], &[]);
@@ -692,5 +746,48 @@ mod tests {
             missing.is_empty(),
             "man/lifeguard.1 does not document: {missing:?}"
         );
+    }
+
+    /// `--help` ends usage errors' advice ("try '--help'"): every variable lifeguard
+    /// reads is there, and in the man page.
+    #[test]
+    fn help_and_the_man_page_list_the_environment() {
+        let help = command().render_help().to_string();
+        let man = include_str!("../../man/lifeguard.1");
+        for env in [
+            "METRICS_NAMESPACE",
+            "METRICS_INTERVAL",
+            "METRICS_DIMENSIONS",
+            "METRICS_BURST_THRESHOLD",
+            "AWS_REGION",
+            "AWS_ENDPOINT_URL_CLOUDWATCH",
+            "ECS_CONTAINER_METADATA_URI_V4",
+            "TINI_VERBOSITY",
+            "DUMB_INIT_SETSID",
+            "LIFEGUARD_",
+        ] {
+            assert!(help.contains(env), "--help does not name {env}:\n{help}");
+            assert!(man.contains(env), "the man page does not name {env}");
+        }
+    }
+
+    #[test]
+    fn metrics_settings_without_a_namespace_are_warned_about_not_refused() {
+        let s = ok(&["app"], &[("METRICS_INTERVAL", "abc")]);
+        assert_eq!(s.cloudwatch, None);
+        assert_eq!(
+            s.warnings,
+            vec![
+                "METRICS_INTERVAL ignored: CloudWatch publishing is off without METRICS_NAMESPACE"
+            ]
+        );
+        let s = ok(&["app"], &[]);
+        assert!(s.warnings.is_empty());
+        // With a namespace the same value is refused, naming the variable.
+        let m = usage_error(
+            &["app"],
+            &[("METRICS_NAMESPACE", "a/b"), ("METRICS_INTERVAL", "abc")],
+        );
+        assert!(m.contains("METRICS_INTERVAL 'abc'"), "{m}");
     }
 }

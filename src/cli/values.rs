@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::{Listen, ProbeTarget};
+use super::{Listen, ListenAt, ProbeTarget};
 use crate::signals::Signal;
 
 pub(super) const DURATION_FORM: &str = "a duration like 500ms, 5s, 2m or a plain number of seconds";
@@ -16,6 +16,17 @@ const MAX_DURATION: Duration = Duration::from_secs(365 * 24 * 3600);
 /// `500ms`, `5s`, `2m`, `1h30m`, or a plain number of seconds (`0.5`, `10`), up to a year.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
     let trimmed = text.trim();
+    // Taken as a value even with a leading hyphen (the flags allow it), so that
+    // `--drain-delay -1s` gets this error rather than clap's tip to write `-- -1s`,
+    // which would make `-1s` the command.
+    if trimmed.starts_with("--") {
+        return Err(format!(
+            "'{text}' is a flag, not a value: expected {DURATION_FORM}"
+        ));
+    }
+    if trimmed.starts_with('-') {
+        return Err(format!("'{text}' is negative: expected {DURATION_FORM}"));
+    }
     let parsed = match trimmed.parse::<f64>() {
         Ok(secs) => Duration::try_from_secs_f64(secs).ok(),
         Err(_) => humantime::parse_duration(trimmed).ok(),
@@ -38,12 +49,19 @@ pub(super) fn parse_positive_duration(text: &str) -> Result<Duration, String> {
     }
 }
 
-/// `off`, `HOST:PORT` (IPv4, `[IPv6]`), or `:PORT` for every IPv4 address.
+/// `off`, `IP:PORT` (IPv4, `[IPv6]`), `HOST:PORT` with a host name, or `:PORT` for
+/// every IPv4 address.
 pub(super) fn parse_listen(text: &str) -> Result<Listen, String> {
     let text = text.trim();
+    let refused = || {
+        format!(
+            "'{text}' is not an address: expected HOST:PORT (0.0.0.0:9595, [::]:9595, \
+             localhost:9595), :PORT or off"
+        )
+    };
     if text.eq_ignore_ascii_case("off") {
         return Ok(Listen {
-            addr: None,
+            at: None,
             explicit: true,
         });
     }
@@ -51,9 +69,31 @@ pub(super) fn parse_listen(text: &str) -> Result<Listen, String> {
         Some(port) => format!("0.0.0.0:{port}"),
         None => text.to_string(),
     };
-    full.parse::<SocketAddr>()
-        .map(|addr| Listen { addr: Some(addr), explicit: true })
-        .map_err(|_| format!("'{text}' is not an address: expected IP:PORT (0.0.0.0:9595, [::]:9595), :PORT or off"))
+    if let Ok(addr) = full.parse::<SocketAddr>() {
+        return Ok(Listen {
+            at: Some(ListenAt::Addr(addr)),
+            explicit: true,
+        });
+    }
+    let (host, port) = full.rsplit_once(':').ok_or_else(refused)?;
+    let port: u16 = port.parse().map_err(|_| refused())?;
+    // A host name (RFC 1123 letters, digits, hyphens and dots); anything else with a
+    // colon or bracket was meant as an address and is refused as one.
+    let name = !host.is_empty()
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+        && !host.starts_with(['-', '.']);
+    if !name {
+        return Err(refused());
+    }
+    Ok(Listen {
+        at: Some(ListenAt::Name {
+            host: host.to_ascii_lowercase(),
+            port,
+        }),
+        explicit: true,
+    })
 }
 
 pub(super) fn parse_http_url(text: &str) -> Result<hyper::Uri, String> {

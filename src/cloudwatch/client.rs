@@ -7,6 +7,10 @@
 
 use std::time::{Duration, SystemTime};
 
+use aws_config::default_provider::credentials::DefaultCredentialsChain;
+use aws_config::environment::region::EnvironmentVariableRegionProvider;
+use aws_config::meta::region::RegionProviderChain;
+use aws_config::provider_config::ProviderConfig;
 use aws_config::retry::RetryConfig;
 use aws_config::timeout::TimeoutConfig;
 use aws_config::BehaviorVersion;
@@ -17,6 +21,9 @@ use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
 
 use super::plan::{Datum, Value};
 use super::{Config, Outcome, Put, PutCall};
+
+/// How long the instance metadata address may take to answer, per lookup (no retry).
+const IMDS_TIMEOUT: Duration = Duration::from_secs(1);
 
 /// The call's whole budget: within the interval (one late datum, never a queue of
 /// calls), and at most 5 s.
@@ -40,8 +47,38 @@ impl Client {
         let http = aws_smithy_http_client::Builder::new()
             .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
             .build_https();
+        // The instance metadata address is the last source of the credential and
+        // region chains. Outside EC2 nothing answers there, and the SDK's own client
+        // tries it up to four times with a second's wait each, at every publish: ask it
+        // once per lookup, with a short timeout (AWS_EC2_METADATA_DISABLED=true skips it).
+        let providers = ProviderConfig::default().with_http_client(http.clone());
+        let imds = aws_config::imds::Client::builder()
+            .configure(&providers)
+            .max_attempts(1)
+            .connect_timeout(IMDS_TIMEOUT)
+            .read_timeout(IMDS_TIMEOUT)
+            .build();
+        let region = RegionProviderChain::first_try(EnvironmentVariableRegionProvider::new())
+            .or_else(
+                aws_config::profile::region::ProfileFileRegionProvider::builder()
+                    .configure(&providers)
+                    .build(),
+            )
+            .or_else(
+                aws_config::imds::region::ImdsRegionProvider::builder()
+                    .configure(&providers)
+                    .imds_client(imds.clone())
+                    .build(),
+            );
+        let credentials = DefaultCredentialsChain::builder()
+            .configure(providers)
+            .imds_client(imds)
+            .build()
+            .await;
         let sdk_config = aws_config::defaults(BehaviorVersion::latest())
             .http_client(http)
+            .region(region)
+            .credentials_provider(credentials)
             .timeout_config(
                 TimeoutConfig::builder()
                     .connect_timeout(attempt)
@@ -109,28 +146,61 @@ impl Put for Client {
     }
 }
 
-/// One line for the log: the service's code and message, or what kept the call from
-/// being answered.
+/// One line for the log: the service's code and message, what kept the call from being
+/// answered, or, for missing credentials, which sources were tried and what to set.
 fn describe<E, R>(err: &SdkError<E, R>) -> String
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
     R: std::fmt::Debug,
 {
-    let text = match err {
-        SdkError::ServiceError(_) => format!(
+    match err {
+        SdkError::ServiceError(_) => one_line(&format!(
             "{}: {}",
             err.code().unwrap_or("unknown error"),
             err.message().unwrap_or("no message")
-        ),
+        )),
         SdkError::TimeoutError(_) => "no answer within the operation timeout".to_string(),
-        _ => DisplayErrorContext(err).to_string(),
-    };
-    // The SDK's context can run to kilobytes (whole responses): one line is enough.
-    let mut line: String = text.chars().take(240).collect();
-    if line.len() < text.len() {
-        line.push('…');
+        _ => {
+            let text = DisplayErrorContext(err).to_string();
+            no_credentials(&text).unwrap_or_else(|| one_line(&text))
+        }
     }
-    line
+}
+
+/// The SDK's "no credentials found in chain. Attempted:" error, which lists each source
+/// on a line of its own, as one line: the sources by name, and what to set.
+fn no_credentials(text: &str) -> Option<String> {
+    let (_, attempted) = text.split_once("no credentials found in chain. Attempted:")?;
+    let tried: Vec<&str> = attempted
+        .lines()
+        .filter_map(|line| {
+            let (name, _) = line.trim().split_once(':')?;
+            (!name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric())).then_some(name)
+        })
+        .collect();
+    Some(format!(
+        "no AWS credentials (tried: {}): set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, \
+         or give the task an IAM role (ECS task role, EKS web identity)",
+        tried.join(", ")
+    ))
+}
+
+/// The SDK's context, on one line: its line breaks made separators, and at most
+/// `MAX_LINE` characters cut at a word (it can run to kilobytes: whole responses).
+fn one_line(text: &str) -> String {
+    const MAX_LINE: usize = 400;
+    let flat = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ");
+    if flat.chars().count() <= MAX_LINE {
+        return flat;
+    }
+    let cut: String = flat.chars().take(MAX_LINE).collect();
+    let at_word = cut.rfind(' ').unwrap_or(cut.len());
+    format!("{} …", &cut[..at_word])
 }
 
 fn classify<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> Outcome {
@@ -157,6 +227,30 @@ fn classify<E: ProvideErrorMetadata, R>(err: &SdkError<E, R>) -> Outcome {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// As the SDK (aws-config 1.13) words it, recorded.
+    const NO_CREDENTIALS: &str = "dispatch failure: other: the credential provider was not enabled: no credentials found in chain. Attempted:\n  Environment: the credential provider was not enabled: environment variable not set\n  Profile: the credential provider was not enabled: No profiles were defined\n  WebIdentityToken: the credential provider was not enabled: $AWS_WEB_IDENTITY_TOKEN_FILE was not set\n  EcsContainer: the credential provider was not enabled: ECS provider not configured\n  Ec2InstanceMetadata: failed to load credentials from IMDS: dispatch failure: io error: Connection refused (os error 111)\n";
+
+    #[test]
+    fn missing_credentials_say_on_one_line_what_was_tried_and_what_to_set() {
+        let line = no_credentials(NO_CREDENTIALS).unwrap();
+        assert_eq!(
+            line,
+            "no AWS credentials (tried: Environment, Profile, WebIdentityToken, EcsContainer, Ec2InstanceMetadata): \
+             set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or give the task an IAM role (ECS task role, EKS web identity)"
+        );
+        assert_eq!(no_credentials("dispatch failure: io error"), None);
+    }
+
+    #[test]
+    fn other_failures_fit_one_line_cut_at_a_word() {
+        let line = one_line("first line\n  second line\n");
+        assert_eq!(line, "first line; second line");
+        let long = "word ".repeat(200);
+        let line = one_line(&long);
+        assert!(!line.contains('\n') && line.ends_with(" …"), "{line}");
+        assert!(line.chars().count() <= 402);
+    }
 
     #[test]
     fn every_call_ends_within_the_interval() {

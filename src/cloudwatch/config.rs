@@ -44,6 +44,23 @@ pub fn from_env(lookup: &impl Fn(&str) -> Option<String>) -> Result<Option<Confi
     }))
 }
 
+/// The METRICS_* variables set while METRICS_NAMESPACE is not: publishing is off, so
+/// they are ignored, and said to be (a warning, not a refusal: a platform may set them
+/// for every task, publishing or not, and an unused value must not fail a deploy).
+pub fn ignored(lookup: &impl Fn(&str) -> Option<String>) -> Vec<&'static str> {
+    if lookup("METRICS_NAMESPACE").is_some_and(|n| !n.trim().is_empty()) {
+        return Vec::new();
+    }
+    [
+        "METRICS_INTERVAL",
+        "METRICS_DIMENSIONS",
+        "METRICS_BURST_THRESHOLD",
+    ]
+    .into_iter()
+    .filter(|name| lookup(name).is_some_and(|v| !v.trim().is_empty()))
+    .collect()
+}
+
 /// CloudWatch's rule: 1-255 characters of letters, digits and `. - _ / # :` (and
 /// spaces), not beginning with `AWS/` (reserved for AWS's own services).
 fn namespace_of(text: &str) -> Result<String, String> {
@@ -142,6 +159,30 @@ mod tests {
                 burst_threshold: None,
             }))
         );
+    }
+
+    #[test]
+    fn variables_without_a_namespace_are_named_as_ignored() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(
+            ignored(&env(&[
+                ("METRICS_INTERVAL", "abc"),
+                ("METRICS_DIMENSIONS", "")
+            ])),
+            vec!["METRICS_INTERVAL"]
+        );
+        assert!(ignored(&env(&[
+            ("METRICS_NAMESPACE", "a/b"),
+            ("METRICS_INTERVAL", "30")
+        ]))
+        .is_empty());
     }
 
     #[test]

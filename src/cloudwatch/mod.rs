@@ -160,6 +160,15 @@ impl Handle {
     }
 }
 
+/// `lifeguard_cloudwatch_publishing` goes to 0 however a run ends, a panic included.
+struct Publishing(Arc<Board>);
+
+impl Drop for Publishing {
+    fn drop(&mut self) {
+        self.0.counters.cloudwatch_publishing(false);
+    }
+}
+
 /// Says the publisher runs while it lives; cleared however its run ends, a panic
 /// included.
 struct Running(Arc<AtomicBool>);
@@ -183,6 +192,7 @@ impl Drop for Running {
 /// publisher unwinds this helper alone, which starts again (helpers.rs), never
 /// supervision.
 pub fn start(config: Config, board: Arc<Board>) -> Option<Handle> {
+    board.counters.cloudwatch_on();
     let (handle, stopper) = handle();
     let started = helpers::start(Helper::CloudWatch, true, move || {
         run(config.clone(), board.clone(), stopper.clone())
@@ -198,7 +208,6 @@ pub fn start(config: Config, board: Arc<Board>) -> Option<Handle> {
 
 /// Connects and publishes until told to flush.
 async fn run(config: Config, board: Arc<Board>, stopper: Stopper) {
-    board.counters.cloudwatch_on();
     let Stopper {
         stop,
         done,
@@ -206,7 +215,11 @@ async fn run(config: Config, board: Arc<Board>, stopper: Stopper) {
     } = stopper;
     let _running = Running::new(running);
     match client::Client::connect(&config).await {
-        Ok(client) => publish(config, board, Arc::new(client), stop).await,
+        Ok(client) => {
+            board.counters.cloudwatch_publishing(true);
+            let _off = Publishing(board.clone());
+            publish(config, board.clone(), Arc::new(client), stop).await
+        }
         Err(reason) => logging::error(format!("CloudWatch publishing off: {reason}"), &[]),
     }
     let _ = done.send(());

@@ -702,6 +702,22 @@ impl Cgroup {
         out
     }
 
+    /// One short phrase for the start line: the layout and the directory the memory (or
+    /// else CPU) figures come from; `describe` has every controller.
+    pub fn summary(&self) -> String {
+        let r = &self.resolved;
+        let layout = match self.layout {
+            Layout::V2 => "v2",
+            Layout::V1 => "v1",
+            Layout::Hybrid => "hybrid",
+            Layout::None => return "not found".to_string(),
+        };
+        match r.memory.as_ref().or(r.cpu.as_ref()).or(r.cpuacct.as_ref()) {
+            Some(d) => format!("{layout} {}", d.dir.display()),
+            None => layout.to_string(),
+        }
+    }
+
     /// Reads the current figures: about ten small files, no directory walk. `&mut`
     /// because it reuses one buffer and remembers which fields it already reported as
     /// failing (`Reading::new_failures`). A controller that was not found leaves its

@@ -124,7 +124,8 @@ impl Derive {
             },
             memory_oom_kills: cg.oom_kills,
             requests_in_flight: r.inflight.map(|f| f.requests),
-            accept_queue_length: r.inflight.and_then(|f| f.accept_queue),
+            // 0 while nothing listens yet: the series is there from the first sample.
+            accept_queue_length: r.inflight.map(|f| f.accept_queue.unwrap_or(0)),
         }
     }
 }
@@ -190,7 +191,21 @@ struct TaskState {
 /// of those comes at once).
 async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, board: Arc<Board>) {
     let mut cgroup = cgroup::discover();
-    logging::info("metrics: sampling", &[("cgroup", &cgroup.describe())]);
+    // Outside a container the cgroup is whatever lifeguard was started in (a login
+    // session's, a CI job's): its figures are not the app's alone.
+    let whose = if crate::kernel::is_pid1() {
+        "the container's"
+    } else {
+        "the cgroup lifeguard runs in, which may hold more than the app (not PID 1)"
+    };
+    logging::info(
+        "metrics: sampling",
+        &[("cgroup", &cgroup.summary()), ("figures", &whose)],
+    );
+    logging::debug(
+        "metrics: cgroup controllers",
+        &[("found", &cgroup.describe())],
+    );
     let mut inflight = config.inflight_port.map(InFlightSource::new);
     let mut traffic = Traffic::default();
     let mut derive = Derive::default();

@@ -153,6 +153,15 @@ const FAMILIES: &[Family] = &[
         },
     },
     Family {
+        name: "lifeguard_cloudwatch_publishing",
+        kind: Kind::Gauge,
+        help: "1 while CloudWatch publishing runs; 0 when METRICS_NAMESPACE is set but it could not start (no AWS region) or is being restarted.",
+        read: |s| match s.cloudwatch {
+            Some(_) => one(Some(flag(s.cloudwatch_publishing))),
+            None => Vec::new(),
+        },
+    },
+    Family {
         name: "lifeguard_drain_seconds",
         kind: Kind::Gauge,
         help: "How long the last drain took, from its SIGTERM to the stop signal relayed (or the app's exit).",
