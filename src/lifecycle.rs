@@ -202,6 +202,41 @@ pub enum Action {
     Exit(u8),
 }
 
+/// What one event asks for, in order: at most a handful (a late wake-up takes every due
+/// step at once), held inline: the machine allocates nothing, so a relayed signal waits
+/// for no allocator (a first allocation of its size can cost a page fault).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Actions {
+    items: [Option<Action>; Actions::CAPACITY],
+    len: usize,
+}
+
+impl Actions {
+    /// More than any event produces: the longest answer, a wake-up long after the drain
+    /// delay with a hold, is four.
+    pub const CAPACITY: usize = 8;
+
+    fn push(&mut self, action: Action) {
+        // More would be a bug of the machine's, which the table tests (debug builds)
+        // catch here.
+        debug_assert!(self.len < Self::CAPACITY, "more actions than Actions holds");
+        if let Some(slot) = self.items.get_mut(self.len) {
+            *slot = Some(action);
+            self.len += 1;
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = Action> + '_ {
+        self.items[..self.len].iter().flatten().copied()
+    }
+}
+
+impl PartialEq<Vec<Action>> for Actions {
+    fn eq(&self, other: &Vec<Action>) -> bool {
+        self.iter().eq(other.iter().copied())
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum State {
     Starting,
@@ -280,8 +315,8 @@ impl Lifecycle {
         }
     }
 
-    pub fn on(&mut self, event: Event, now: Instant) -> Vec<Action> {
-        let mut actions = Vec::new();
+    pub fn on(&mut self, event: Event, now: Instant) -> Actions {
+        let mut actions = Actions::default();
         match event {
             Event::Signal(TERM) => self.on_term(now, &mut actions),
             Event::Signal(signal) => self.forward(signal, false, &mut actions),
@@ -303,7 +338,7 @@ impl Lifecycle {
         actions
     }
 
-    fn on_term(&mut self, now: Instant, actions: &mut Vec<Action>) {
+    fn on_term(&mut self, now: Instant, actions: &mut Actions) {
         match self.state {
             State::Starting | State::Running => {
                 self.state = State::Draining {
@@ -323,7 +358,7 @@ impl Lifecycle {
         }
     }
 
-    fn on_app_exit(&mut self, status: AppStatus, now: Instant, actions: &mut Vec<Action>) {
+    fn on_app_exit(&mut self, status: AppStatus, now: Instant, actions: &mut Actions) {
         let (kill_at, killed, stop_relayed) = match self.state {
             State::Starting | State::Running => (after(now, self.config.grace), false, false),
             State::Draining {
@@ -375,7 +410,7 @@ impl Lifecycle {
 
     /// The drain delay is over: relay the stop signal, or with `--inflight-port` hold
     /// it and look at the port first.
-    fn drain_delay_over(&mut self, now: Instant, actions: &mut Vec<Action>) {
+    fn drain_delay_over(&mut self, now: Instant, actions: &mut Actions) {
         let State::Draining {
             term_at, kill_at, ..
         } = self.state
@@ -401,7 +436,7 @@ impl Lifecycle {
 
     /// The hold's rule: relay at the first look that finds the port quiet — nothing in
     /// flight and no new request for `drain_quiet` — or whose figures cannot be had.
-    fn on_traffic(&mut self, look: Option<Look>, now: Instant, actions: &mut Vec<Action>) {
+    fn on_traffic(&mut self, look: Option<Look>, now: Instant, actions: &mut Actions) {
         let State::Holding { since, told, .. } = self.state else {
             return; // an answer that came after the hold ended
         };
@@ -449,7 +484,7 @@ impl Lifecycle {
     }
 
     /// Ends the drain now for `why`: the stop signal is relayed.
-    fn end_drain(&mut self, why: DrainEnd, now: Instant, actions: &mut Vec<Action>) {
+    fn end_drain(&mut self, why: DrainEnd, now: Instant, actions: &mut Actions) {
         let (term_at, kill_at) = match self.state {
             State::Draining {
                 term_at, kill_at, ..
@@ -471,21 +506,21 @@ impl Lifecycle {
         };
     }
 
-    fn forward(&self, received: Signal, relay: bool, actions: &mut Vec<Action>) {
+    fn forward(&self, received: Signal, relay: bool, actions: &mut Actions) {
         let running = !matches!(self.state, State::Exited(_));
         if let (true, Some(signal)) = (running, self.config.rewrites.apply(received)) {
             actions.push(Action::Forward { signal, relay });
         }
     }
 
-    fn exit(&mut self, code: u8, actions: &mut Vec<Action>) {
+    fn exit(&mut self, code: u8, actions: &mut Actions) {
         self.state = State::Exited(code);
         actions.push(Action::Exit(code));
     }
 
     /// Takes every step whose time has come; several can be due at once when the loop
     /// woke late (e.g. the container was paused).
-    fn advance(&mut self, now: Instant, actions: &mut Vec<Action>) {
+    fn advance(&mut self, now: Instant, actions: &mut Actions) {
         while let Some(due) = self.deadline().filter(|due| *due <= now) {
             match self.state {
                 State::Draining { .. } => self.drain_delay_over(now, actions),

@@ -103,12 +103,16 @@ struct Queue {
 
 impl Queue {
     fn push(&mut self, line: String, out: &QuickStderr) {
+        self.enqueue(line);
+        self.drain(out);
+    }
+
+    fn enqueue(&mut self, line: String) {
         if self.lines.len() >= QUEUE_LINES {
             DROPPED.fetch_add(1, Ordering::Relaxed);
         } else {
             self.lines.push_back(line);
         }
-        self.drain(out);
     }
 
     /// Writes what the reader takes now. Returns whether the queue is empty.
@@ -358,12 +362,14 @@ pub fn error_now(msg: impl Display) {
 }
 
 /// Queues `line` on this thread's own queue if it has one (the supervision thread);
-/// gives it back otherwise.
-fn own_push(line: String, out: &QuickStderr) -> Option<String> {
+/// gives it back otherwise. The supervision thread's lines are written by `pump`, at
+/// the end of each turn of its loop: a signal is relayed before the lines that tell of
+/// it are written (a write to a pipe can wake its reader onto the CPU the relay needs).
+fn own_push(line: String, _out: &QuickStderr) -> Option<String> {
     OWN.with(|own| match own.try_borrow_mut() {
         Ok(mut own) => match own.as_mut() {
             Some(queue) => {
-                queue.push(line, out);
+                queue.enqueue(line);
                 None
             }
             None => Some(line),

@@ -163,6 +163,8 @@ fn supervise(settings: Settings) -> anyhow::Result<u8> {
         board,
         terminal,
         last_look: None,
+        senders: Default::default(),
+        me: kernel::own_pid(),
     };
     let code = supervisor.run(inbox);
     // The exit code is settled; one last publish, bounded to 2 s.

@@ -12,9 +12,16 @@ use std::time::{Duration, Instant};
 
 use crate::board::Board;
 use crate::kernel::{self, AppTerminal, Descendant, ProcView, Reaped, SignalInbox};
-use crate::lifecycle::{Action, AppStatus, DrainEnd, Event, Lifecycle, Look, Phase};
+use crate::lifecycle::{Action, Actions, AppStatus, DrainEnd, Event, Lifecycle, Look, Phase};
 use crate::logging;
 use crate::signals::{self, Signal};
+
+/// What `forward` did, for its log line.
+enum Sent {
+    /// The app is gone: to the members of its group still running, one by one.
+    ToWhatIsLeft(usize),
+    ToApp(std::io::Result<()>),
+}
 
 /// While log lines wait in the supervision thread's own queue (stderr was full), the
 /// loop wakes this often to write them.
@@ -33,25 +40,33 @@ pub struct Supervisor {
     pub terminal: AppTerminal,
     /// The traffic figures the hold saw last, for a look that finds the board busy.
     pub last_look: Option<Look>,
+    /// The senders of the signals read but not yet stepped, in order.
+    pub senders: std::collections::VecDeque<i32>,
+    /// lifeguard's own pid, to tell the signals it raised itself.
+    pub me: i32,
 }
 
 impl Supervisor {
     /// Runs until the lifecycle says exit; returns lifeguard's exit code.
     pub fn run(mut self, mut inbox: SignalInbox) -> u8 {
-        let mut events = Vec::new();
+        // Buffers kept for the whole run: the path from a signal to its relay allocates
+        // nothing (see `step`).
+        let mut events = Vec::with_capacity(64);
+        let mut received = Vec::with_capacity(64);
+        self.senders.reserve(64);
         let mut ready_seen = false;
         loop {
             // Signals read in the last turn go first, before anything is reaped: one that
             // came just before the app's exit is the running app's (its group, its pid),
             // and the pid is not free for reuse until it is reaped (issue #9).
-            for event in std::mem::take(&mut events) {
+            for event in events.drain(..) {
                 if let Some(code) = self.step(event) {
                     return code;
                 }
             }
             self.follow_a_stop_at_the_terminal();
             self.reap(&mut events);
-            for event in std::mem::take(&mut events) {
+            for event in events.drain(..) {
                 if let Some(code) = self.step(event) {
                     return code;
                 }
@@ -86,10 +101,10 @@ impl Supervisor {
             }
             if woke.signals {
                 // take_all reads until EAGAIN, so the inbox is drained either way.
-                match inbox.take_all() {
-                    Ok(received) => self.received(received, &mut events),
-                    Err(err) => logging::error(format!("reading signals: {err}"), &[]),
+                if let Err(err) = inbox.take_all(&mut received) {
+                    logging::error(format!("reading signals: {err}"), &[]);
                 }
+                self.received(received.drain(..), &mut events);
             }
             if self
                 .lifecycle
@@ -101,13 +116,16 @@ impl Supervisor {
         }
     }
 
-    fn received(&mut self, received: Vec<kernel::Received>, events: &mut Vec<Event>) {
-        let me = kernel::own_pid();
+    fn received(
+        &mut self,
+        received: impl Iterator<Item = kernel::Received>,
+        events: &mut Vec<Event>,
+    ) {
         for kernel::Received { signal, sender } in received {
             if signal == signals::CHLD {
                 continue; // reaping happens on every turn of the loop
             }
-            if sender == me {
+            if sender == self.me {
                 // Raised by lifeguard's own doing (SIGPIPE from a write to a closed
                 // stderr): not the orchestrator's, so not the app's business.
                 logging::debug(
@@ -116,20 +134,26 @@ impl Supervisor {
                 );
                 continue;
             }
-            // si_pid is 0 for a signal from outside lifeguard's PID namespace (`docker
-            // stop`, the kubelet) or from the kernel itself.
-            let from = if sender == 0 {
-                "outside the namespace".to_string()
-            } else {
-                sender.to_string()
-            };
-            let fields: &[logging::Field] = &[("signal", &signal), ("from", &from)];
-            if signal == signals::TERM {
-                logging::notice("signal received", fields);
-            } else {
-                logging::info("signal received", fields);
-            }
+            // Said by `step`, after the signal has been passed on.
+            self.senders.push_back(sender);
             events.push(Event::Signal(signal));
+        }
+    }
+
+    /// The log line of a signal received from `sender`.
+    fn tell_received(signal: Signal, sender: i32) {
+        // si_pid is 0 for a signal from outside lifeguard's PID namespace (`docker
+        // stop`, the kubelet) or from the kernel itself.
+        let from = if sender == 0 {
+            "outside the namespace".to_string()
+        } else {
+            sender.to_string()
+        };
+        let fields: &[logging::Field] = &[("signal", &signal), ("from", &from)];
+        if signal == signals::TERM {
+            logging::notice("signal received", fields);
+        } else {
+            logging::info("signal received", fields);
         }
     }
 
@@ -186,7 +210,10 @@ impl Supervisor {
     }
 
     /// Feeds one event to the machine and carries out what it answers, including the
-    /// events its actions answer with (a look at the traffic figures).
+    /// events its actions answer with (a look at the traffic figures). What reaches
+    /// processes goes first, and only then is anything formatted for the log: a relayed
+    /// signal's latency is the code run before its kill(2), and on the first signal of
+    /// a process every page of that code is touched for the first time.
     fn step(&mut self, event: Event) -> Option<u8> {
         let mut exit = None;
         let mut next = Some(event);
@@ -194,12 +221,33 @@ impl Supervisor {
             let before = self.lifecycle.phase();
             let actions = self.lifecycle.on(event, Instant::now());
             let after = self.lifecycle.phase();
-            if after != before {
-                self.announce(before, after);
+            let mut sent: [Option<Sent>; Actions::CAPACITY] = Default::default();
+            for (slot, action) in sent.iter_mut().zip(actions.iter()) {
+                if let Action::Forward { signal, relay } = action {
+                    *slot = Some(self.forward(signal, relay));
+                }
             }
-            for action in actions {
+            if sent.iter().any(Option::is_some) {
+                // The app was just woken by the signal, often onto this very CPU (the
+                // scheduler keeps a wakee near its waker), where it would wait for
+                // lifeguard's logging to finish: let it run its handler first.
+                std::thread::yield_now();
+            }
+            if let Event::Signal(signal) = event {
+                if let Some(sender) = self.senders.pop_front() {
+                    Self::tell_received(signal, sender);
+                }
+            }
+            if after != before {
+                self.tell_phase(before, after);
+            }
+            for (action, sent) in actions.iter().zip(sent) {
                 match action {
-                    Action::Forward { signal, relay } => self.forward(signal, relay),
+                    Action::Forward { signal, relay } => {
+                        if let Some(sent) = sent {
+                            self.tell_forwarded(signal, relay, sent);
+                        }
+                    }
                     Action::SignalRemaining {
                         signal,
                         spare_app_group,
@@ -220,6 +268,11 @@ impl Supervisor {
                     } => self.drain_over(after, why, in_flight),
                     Action::Exit(code) => exit = Some(code),
                 }
+            }
+            // After the signals went out: the phase's publication (a bell to the
+            // sampler) is not worth a microsecond of the relay.
+            if after != before {
+                self.board.set_phase(after);
             }
         }
         exit
@@ -275,7 +328,9 @@ impl Supervisor {
         }
     }
 
-    fn announce(&mut self, before: Phase, after: Phase) {
+    /// Says the phase changed (queued: the loop writes its lines at the end of the
+    /// turn, so this still comes before the lines of the actions it led to).
+    fn tell_phase(&self, before: Phase, after: Phase) {
         match after {
             Phase::Running => logging::info("app ready", &[]),
             Phase::Draining => logging::notice(
@@ -293,16 +348,13 @@ impl Supervisor {
                 ],
             ),
         }
-        self.board.set_phase(after);
     }
 
-    fn forward(&mut self, signal: Signal, relay: bool) {
+    /// Sends a signal on to the app (its group, or the child alone), and SIGCONT after
+    /// the stop signal. Logs nothing: `tell_forwarded` does, once every signal of the
+    /// step is out.
+    fn forward(&mut self, signal: Signal, relay: bool) -> Sent {
         let group = self.lifecycle.config().group;
-        let what = if relay {
-            "stop signal relayed"
-        } else {
-            "signal forwarded"
-        };
         if self.lifecycle.phase() == Phase::Exited {
             // The app has been reaped, so its pid (and, once its group is empty, its
             // group id) may belong to an unrelated process by now: signal the members
@@ -321,15 +373,7 @@ impl Supervisor {
             if !remaining.is_empty() {
                 self.board.counters.signal_forwarded(signal);
             }
-            logging::info(
-                what,
-                &[
-                    ("signal", &signal),
-                    ("to", &"what is left of the group"),
-                    ("processes", &remaining.len()),
-                ],
-            );
-            return;
+            return Sent::ToWhatIsLeft(remaining.len());
         }
         let target = if group { -self.app_pid } else { self.app_pid };
         let result = if is_job_control(signal) {
@@ -343,15 +387,38 @@ impl Supervisor {
             // when the stop signal was rewritten to one that stops: that would undo it.
             let _ = kernel::send(target, signals::CONT);
         }
-        let to = if group { "group" } else { "child" };
+        if result.is_ok() {
+            self.board.counters.signal_forwarded(signal);
+        }
+        Sent::ToApp(result)
+    }
+
+    fn tell_forwarded(&self, signal: Signal, relay: bool, sent: Sent) {
+        let what = if relay {
+            "stop signal relayed"
+        } else {
+            "signal forwarded"
+        };
         let level = if relay {
             logging::Level::Notice
         } else {
             logging::Level::Info
         };
-        match result {
-            Ok(()) => {
-                self.board.counters.signal_forwarded(signal);
+        match sent {
+            Sent::ToWhatIsLeft(processes) => logging::info(
+                what,
+                &[
+                    ("signal", &signal),
+                    ("to", &"what is left of the group"),
+                    ("processes", &processes),
+                ],
+            ),
+            Sent::ToApp(Ok(())) => {
+                let to = if self.lifecycle.config().group {
+                    "group"
+                } else {
+                    "child"
+                };
                 logging::log(
                     level,
                     what,
@@ -359,7 +426,9 @@ impl Supervisor {
                 )
             }
             // ESRCH: the app (or its whole group) is already gone; nothing to tell.
-            Err(err) => logging::debug(format!("{what}: {err}"), &[("signal", &signal)]),
+            Sent::ToApp(Err(err)) => {
+                logging::debug(format!("{what}: {err}"), &[("signal", &signal)])
+            }
         }
     }
 

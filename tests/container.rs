@@ -558,3 +558,68 @@ fn no_request_fails_across_docker_stop_behind_haproxy_under_lifeguard_unlike_doc
         report.join("\n  ")
     );
 }
+
+#[test]
+fn the_scratch_dockerfile_builds_from_the_static_binary_with_a_small_context() {
+    // The README's second path, no buildx and no Rust image: scripts/build-static.sh,
+    // then examples/docker/Dockerfile.scratch from the project's own layout, with its
+    // .dockerignore (target/ out but for the static binaries).
+    let bins = static_binaries();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let ctx = std::env::temp_dir().join(format!("lifeguard-scratch-{}", std::process::id()));
+    let release = ctx.join("target").join(STATIC_TARGET).join("release");
+    std::fs::create_dir_all(&release).unwrap();
+    std::fs::copy(bins.join("lifeguard"), release.join("lifeguard")).unwrap();
+    std::fs::copy(bins.join("lifeguard-testapp"), ctx.join("app")).unwrap();
+    std::fs::copy(root.join(".dockerignore"), ctx.join(".dockerignore")).unwrap();
+    // What a build leaves in target/: kept out of the context.
+    std::fs::write(ctx.join("target").join("junk"), vec![7u8; 64 << 20]).unwrap();
+    let tag = format!("lifeguard-test:{}-scratch", std::process::id());
+    let out = docker(&[
+        "build",
+        "-t",
+        &tag,
+        "-f",
+        root.join("examples/docker/Dockerfile.scratch")
+            .to_str()
+            .unwrap(),
+        ctx.to_str().unwrap(),
+    ]);
+    std::fs::remove_dir_all(&ctx).unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{said}");
+    let image = Image(tag);
+    // The legacy builder says how big the context was: kilobytes, not the 64 MB junk.
+    if let Some(size) = said
+        .lines()
+        .find_map(|l| l.strip_prefix("Sending build context to Docker daemon"))
+    {
+        assert!(
+            !size.contains("MB") && !size.contains("GB"),
+            "context: {size}"
+        );
+    }
+    let container = Container::run(&image);
+    // Its HEALTHCHECK is lifeguard's own probe, every 5 s.
+    wait_until("docker to call the container healthy", || {
+        (container.inspect("{{.State.Health.Status}}") == "healthy").then_some(())
+    });
+    let stopped = Instant::now();
+    docker_ok(&["stop", "-t", "30", &container.0]);
+    // The drain delay of the Dockerfile (5 s), then the app's own exit on SIGTERM.
+    assert!(
+        stopped.elapsed() >= Duration::from_secs(5),
+        "stopped after {:?}, before the drain delay",
+        stopped.elapsed()
+    );
+    assert_eq!(
+        container.inspect("{{.State.ExitCode}}"),
+        "0",
+        "{}",
+        container.logs()
+    );
+}

@@ -226,10 +226,10 @@ impl SignalInbox {
         Ok(SignalInbox { fd })
     }
 
-    /// Everything pending now; empty when nothing is.
-    pub fn take_all(&mut self) -> io::Result<Vec<Received>> {
+    /// Everything pending now, appended to `out` (a buffer the caller keeps, so that
+    /// reading a signal allocates nothing); nothing when nothing is.
+    pub fn take_all(&mut self, out: &mut Vec<Received>) -> io::Result<()> {
         const RECORD: usize = std::mem::size_of::<libc::signalfd_siginfo>();
-        let mut out = Vec::new();
         // SAFETY: signalfd_siginfo is plain integers, valid when zeroed.
         let mut records: [libc::signalfd_siginfo; 16] = unsafe { std::mem::zeroed() };
         loop {
@@ -245,7 +245,7 @@ impl SignalInbox {
             if n < 0 {
                 let err = io::Error::last_os_error();
                 return match err.kind() {
-                    io::ErrorKind::WouldBlock => Ok(out),
+                    io::ErrorKind::WouldBlock => Ok(()),
                     io::ErrorKind::Interrupted => continue,
                     _ => Err(err),
                 };
@@ -256,7 +256,7 @@ impl SignalInbox {
                 sender: info.ssi_pid as i32,
             }));
             if count < records.len() {
-                return Ok(out);
+                return Ok(());
             }
         }
     }
