@@ -7,13 +7,31 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::board::Board;
-use crate::cli::AppCheckKind;
 use crate::faults;
 use crate::health::AppCheck;
 use crate::helpers::{self, Helper};
 use crate::http_client;
 use crate::lifecycle::Phase;
 use crate::logging;
+
+/// How the app's readiness is checked.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AppCheckKind {
+    Http(hyper::Uri),
+    Tcp(String, u16),
+}
+
+impl AppCheckKind {
+    /// Whether the check names a host rather than an IP address, so that each check
+    /// starts with a name lookup (a blocking call, run on a thread of its own).
+    pub fn needs_name_lookup(&self) -> bool {
+        let host = match self {
+            AppCheckKind::Http(uri) => uri.host().unwrap_or_default(),
+            AppCheckKind::Tcp(host, _) => host,
+        };
+        crate::http_client::address(host).is_none()
+    }
+}
 
 /// Starts the check on its thread, to run until the drain begins; with no check
 /// configured the app counts as ready as soon as it is spawned. From the drain on

@@ -21,7 +21,7 @@ use crate::health::{self, AppCheck, Verdict};
 use crate::helpers::{self, Helper};
 use crate::kernel;
 use crate::lifecycle::{Look, Phase};
-use crate::signals::{self, Signal};
+use crate::signal_names::{self, Signal};
 
 /// Samples come every second; one older than this is left out of every snapshot.
 const SAMPLE_STALE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -83,7 +83,7 @@ impl Bell {
 
 /// Counters, lock-free so that counting never holds up supervision.
 pub struct Counters {
-    forwarded: [AtomicU64; signals::MAX as usize + 1],
+    forwarded: [AtomicU64; signal_names::MAX as usize + 1],
     zombies_reaped: AtomicU64,
     /// Task metadata fetches that failed (ECS only: the sampler fell back to the cgroup).
     metadata_failures: AtomicU64,
@@ -268,7 +268,7 @@ impl Board {
 
 /// A SIGTERM has arrived that the loop has not read yet (only before the drain matters).
 fn term_pending(phase: Phase) -> bool {
-    matches!(phase, Phase::Starting | Phase::Running) && kernel::signal_pending(signals::TERM)
+    matches!(phase, Phase::Starting | Phase::Running) && kernel::signal_pending(signal_names::TERM)
 }
 
 impl Counters {
@@ -333,7 +333,7 @@ impl Counters {
             libc::SIGUSR2,
             libc::SIGWINCH,
         ];
-        (1..=signals::MAX)
+        (1..=signal_names::MAX)
             .map(|n| {
                 (
                     Signal(n),
@@ -410,15 +410,18 @@ mod tests {
         let board = Board::new().unwrap();
         board.set_phase(Phase::Running);
         board.set_check(AppCheck::Passing);
-        board.counters.signal_forwarded(signals::TERM);
-        board.counters.signal_forwarded(signals::TERM);
-        board.counters.signal_forwarded(signals::HUP);
+        board.counters.signal_forwarded(signal_names::TERM);
+        board.counters.signal_forwarded(signal_names::TERM);
+        board.counters.signal_forwarded(signal_names::HUP);
         board.counters.zombie_reaped();
         let snap = board.snapshot();
         assert_eq!(snap.phase, Phase::Running);
         assert!(snap.ready() && !snap.draining());
         let forwarded: Vec<_> = snap.forwarded.iter().filter(|(_, n)| *n > 0).collect();
-        assert_eq!(forwarded, vec![&(signals::HUP, 1), &(signals::TERM, 2)]);
+        assert_eq!(
+            forwarded,
+            vec![&(signal_names::HUP, 1), &(signal_names::TERM, 2)]
+        );
         // The usual signals are there from the start, at 0.
         let usr1 = snap.forwarded.iter().find(|(s, _)| s.0 == libc::SIGUSR1);
         assert_eq!(usr1, Some(&(Signal(libc::SIGUSR1), 0)));

@@ -5,7 +5,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::signals::{Rewrites, Signal, KILL, TERM};
+use crate::signal_names::{Rewrites, Signal, KILL, TERM};
 
 /// How long lifeguard keeps reaping after it has sent SIGKILL before it gives up on a
 /// process stuck in the kernel (uninterruptible sleep) and exits anyway: it must never
@@ -571,7 +571,7 @@ impl Lifecycle {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signals::{parse_rewrite, HUP, INT};
+    use crate::signal_names::{parse_rewrite, HUP, INT};
     use Action::*;
     use DrainEnd::{AppExited as Exited_, Delay, DrainMax, GaugeFailed, SecondTerm};
     use Event::{AppExited, AppReady, NoChildrenLeft, Tick};

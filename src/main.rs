@@ -16,7 +16,7 @@ mod lifecycle;
 mod logging;
 mod metrics;
 mod probe;
-mod signals;
+mod signal_names;
 mod supervisor;
 
 use std::io::Write;

@@ -14,7 +14,7 @@ use crate::board::Board;
 use crate::kernel::{self, AppTerminal, Descendant, ProcView, Reaped, SignalInbox};
 use crate::lifecycle::{Action, Actions, AppStatus, DrainEnd, Event, Lifecycle, Look, Phase};
 use crate::logging;
-use crate::signals::{self, Signal};
+use crate::signal_names::{self, Signal};
 
 /// What `forward` did, for its log line.
 enum Sent {
@@ -122,7 +122,7 @@ impl Supervisor {
         events: &mut Vec<Event>,
     ) {
         for kernel::Received { signal, sender } in received {
-            if signal == signals::CHLD {
+            if signal == signal_names::CHLD {
                 continue; // reaping happens on every turn of the loop
             }
             if sender == self.me {
@@ -150,7 +150,7 @@ impl Supervisor {
             sender.to_string()
         };
         let fields: &[logging::Field] = &[("signal", &signal), ("from", &from)];
-        if signal == signals::TERM {
+        if signal == signal_names::TERM {
             logging::notice("signal received", fields);
         } else {
             logging::info("signal received", fields);
@@ -365,10 +365,11 @@ impl Supervisor {
                 Vec::new()
             };
             for pid in &remaining {
-                let _ = kernel::send(*pid, signal);
-                if relay && !is_stop(signal) {
-                    let _ = kernel::send(*pid, signals::CONT);
-                }
+                let _ = if relay {
+                    send_then_continue(*pid, signal)
+                } else {
+                    kernel::send(*pid, signal)
+                };
             }
             if !remaining.is_empty() {
                 self.board.counters.signal_forwarded(signal);
@@ -378,15 +379,11 @@ impl Supervisor {
         let target = if group { -self.app_pid } else { self.app_pid };
         let result = if is_job_control(signal) {
             self.stop_for_real(signal, group)
+        } else if relay {
+            send_then_continue(target, signal)
         } else {
             kernel::send(target, signal)
         };
-        if relay && result.is_ok() && !is_stop(signal) {
-            // A stopped app would sit on the stop signal until the deadline's SIGKILL;
-            // SIGCONT lets it act on it (as systemd does after its stop signal). Not
-            // when the stop signal was rewritten to one that stops: that would undo it.
-            let _ = kernel::send(target, signals::CONT);
-        }
         if result.is_ok() {
             self.board.counters.signal_forwarded(signal);
         }
@@ -462,7 +459,7 @@ impl Supervisor {
                 let deliverable = if kernel::handles(&member, signal) {
                     signal
                 } else {
-                    signals::STOP
+                    signal_names::STOP
                 };
                 if kernel::send(member.pid, deliverable).is_ok() {
                     result = Ok(());
@@ -493,7 +490,7 @@ impl Supervisor {
             // the deadline's SIGKILL is what is left); as a subreaper, nobody (README).
             if kernel::is_pid1() && !spare_app_group {
                 kernel::signal_everything_in_namespace(signal);
-                kernel::signal_everything_in_namespace(signals::CONT);
+                kernel::signal_everything_in_namespace(signal_names::CONT);
                 logging::info(
                     "signalled everything left in the namespace",
                     &[("signal", &signal)],
@@ -506,9 +503,7 @@ impl Supervisor {
             if spare_app_group && d.pgid == self.app_pid {
                 continue;
             }
-            if kernel::send(d.pid, signal).is_ok() {
-                // Stopped leftovers must be able to act on it (see forward).
-                let _ = kernel::send(d.pid, signals::CONT);
+            if send_then_continue(d.pid, signal).is_ok() {
                 sent += 1;
             }
         }
@@ -524,7 +519,7 @@ impl Supervisor {
     /// catch processes forked while the previous walk ran.
     fn kill_all(&mut self) {
         if kernel::is_pid1() {
-            kernel::signal_everything_in_namespace(signals::KILL);
+            kernel::signal_everything_in_namespace(signal_names::KILL);
         }
         let mut killed = Vec::new();
         for _ in 0..10 {
@@ -533,7 +528,7 @@ impl Supervisor {
                 break;
             }
             for d in found {
-                if kernel::send(d.pid, signals::KILL).is_ok() && !killed.contains(&d.pid) {
+                if kernel::send(d.pid, signal_names::KILL).is_ok() && !killed.contains(&d.pid) {
                     killed.push(d.pid);
                 }
             }
@@ -546,6 +541,18 @@ impl Supervisor {
             ],
         );
     }
+}
+
+/// Sends a stop signal, then SIGCONT: a stopped process would sit on the stop signal
+/// until the deadline's SIGKILL, and SIGCONT lets it act on it (as systemd does after
+/// its stop signal). Not when the signal itself stops (a stop signal rewritten to STOP,
+/// TSTP, TTIN or TTOU): SIGCONT would undo it.
+fn send_then_continue(target: i32, signal: Signal) -> std::io::Result<()> {
+    let sent = kernel::send(target, signal);
+    if sent.is_ok() && !is_stop(signal) {
+        let _ = kernel::send(target, signal_names::CONT);
+    }
+    sent
 }
 
 fn status_text(status: AppStatus) -> String {

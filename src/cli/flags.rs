@@ -10,7 +10,7 @@ use clap::{ArgAction, Parser};
 use super::values::*;
 use super::{Listen, ProbeTarget};
 use crate::logging;
-use crate::signals::{self, Signal};
+use crate::signal_names::{self, Signal};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -96,7 +96,7 @@ pub(super) struct Cli {
 
     /// Rewrite a signal before forwarding it (TERM:QUIT, 15:3; TO = 0 or DROP drops it); repeatable
     #[arg(short = 'r', long, env = "LIFEGUARD_REWRITE", value_name = "FROM:TO",
-          value_delimiter = ',', value_parser = signals::parse_rewrite)]
+          value_delimiter = ',', value_parser = signal_names::parse_rewrite)]
     pub(super) rewrite: Vec<(Signal, Signal)>,
 
     /// Report exit CODE as 0 (tini -e); repeatable

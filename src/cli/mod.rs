@@ -10,11 +10,12 @@ use std::time::Duration;
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches};
 
+use crate::app_check::AppCheckKind;
 use crate::cloudwatch;
 use crate::lifecycle;
 use crate::logging::{self, Level};
 use crate::metrics;
-use crate::signals::{Rewrites, Signal};
+use crate::signal_names::{Rewrites, Signal};
 
 mod compat;
 mod flags;
@@ -56,25 +57,6 @@ pub enum ProbeTarget {
     Ready,
     Live,
     Url(hyper::Uri),
-}
-
-/// How the app's readiness is checked.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AppCheckKind {
-    Http(hyper::Uri),
-    Tcp(String, u16),
-}
-
-impl AppCheckKind {
-    /// Whether the check names a host rather than an IP address, so that each check
-    /// starts with a name lookup (a blocking call, run on a thread of its own).
-    pub fn needs_name_lookup(&self) -> bool {
-        let host = match self {
-            AppCheckKind::Http(uri) => uri.host().unwrap_or_default(),
-            AppCheckKind::Tcp(host, _) => host,
-        };
-        crate::http_client::address(host).is_none()
-    }
 }
 
 /// Everything lifeguard needs to run, validated.

@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use super::{Listen, ListenAt, ProbeTarget};
-use crate::signals::Signal;
+use crate::signal_names::Signal;
 
 pub(super) const DURATION_FORM: &str = "a duration like 500ms, 5s, 2m or a plain number of seconds";
 

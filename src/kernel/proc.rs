@@ -2,8 +2,8 @@
 //! through the kernel's child lists, and a process's signal state.
 #![allow(unsafe_code)]
 
-use super::process::own_pid;
-use crate::signals::Signal;
+use super::kill::own_pid;
+use crate::signal_names::Signal;
 
 /// Whether `signal`'s default action does not apply to `process`: a handler installed,
 /// the signal blocked (to be read with sigwait/signalfd) or ignored: SigCgt, SigBlk and

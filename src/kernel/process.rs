@@ -8,17 +8,9 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
 use super::limits::{descriptor_limit, INHERITED_NOFILE};
-use super::signals::{bit, disposition, inherited_signal_state, kernel_mask, set_disposition};
-use super::terminal::AppTerminal;
-use crate::signals::{self, Signal};
-
-pub fn own_pid() -> i32 {
-    std::process::id() as i32
-}
-
-pub fn is_pid1() -> bool {
-    own_pid() == 1
-}
+use super::signal_inbox::{bit, disposition, inherited_signal_state, kernel_mask, set_disposition};
+use super::terminal::{take_terminal_in_child, AppTerminal};
+use crate::signal_names::{self, Signal};
 
 /// Orphans of the app's descendants are re-parented to lifeguard instead of to the real
 /// init, so it can reap them and kill them at the deadline (prctl(2),
@@ -54,7 +46,7 @@ pub fn spawn_app(command: &[OsString], terminal: AppTerminal) -> io::Result<i32>
     // resets it, and the C library may install handlers (which exec turns into SIG_DFL)
     // on signals lifeguard inherited ignored. Computed before the fork: the child only
     // makes system calls.
-    let restore: Vec<(i32, libc::sighandler_t)> = (1..=signals::MAX)
+    let restore: Vec<(i32, libc::sighandler_t)> = (1..=signal_names::MAX)
         .filter(|&n| n != libc::SIGKILL && n != libc::SIGSTOP)
         .filter_map(|n| {
             let was_ignored = ignored_bits & bit(n) != 0;
@@ -77,27 +69,11 @@ pub fn spawn_app(command: &[OsString], terminal: AppTerminal) -> io::Result<i32>
         .stdout(Stdio::inherit())
         .stderr(Stdio::inherit());
     // SAFETY: the closure runs between fork and exec in the child, where only
-    // async-signal-safe calls are allowed: setsid, setpgid, tcsetpgrp, ioctl and raw
-    // system calls are, and it allocates nothing.
+    // async-signal-safe calls are allowed: setsid, setpgid, tcsetpgrp, ioctl (in
+    // take_terminal_in_child) and raw system calls are, and it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
-            if terminal == AppTerminal::ForegroundGroup {
-                if libc::setpgid(0, 0) < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                // A background group calling tcsetpgrp gets SIGTTOU unless it is
-                // blocked (tcsetpgrp(3)); every signal still is, until the last step.
-                // Failure only costs job control; the app still runs.
-                libc::tcsetpgrp(0, libc::getpid());
-            } else {
-                if libc::setsid() < 0 {
-                    return Err(io::Error::last_os_error());
-                }
-                if terminal == AppTerminal::OwnSession {
-                    // Failure only costs job control; the app still runs (as dumb-init).
-                    libc::ioctl(0, libc::TIOCSCTTY, 0);
-                }
-            }
+            take_terminal_in_child(terminal)?;
             for &(n, handler) in &restore {
                 set_disposition(n, handler);
             }
@@ -165,24 +141,15 @@ pub fn has_children() -> bool {
     )
 }
 
-/// kill(2) with any signal number, real-time ones included; `target` < 0 is a group.
-pub fn send(target: i32, signal: Signal) -> io::Result<()> {
-    // SAFETY: kill takes two integers; lifeguard never passes 0 or -1 by accident: the
-    // callers name a pid or -pgid (> 1), and `kill_everything_in_namespace` is explicit.
-    let rc = unsafe { libc::kill(target, signal.0) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// As PID 1, `kill(-1, signal)` reaches every other process of the PID namespace: the
-/// kernel's own view, whatever /proc shows.
-pub fn signal_everything_in_namespace(signal: Signal) {
-    debug_assert!(is_pid1());
-    // SAFETY: see `send`; -1 is meant here and only ever called as PID 1.
-    unsafe {
-        libc::kill(-1, signal.0);
+/// If the app (a direct child) has stopped since last asked, by which signal. Only the
+/// stop is collected (waitid with WSTOPPED alone): an exit stays for `reap_one`.
+pub fn app_stopped(app: i32) -> Option<Signal> {
+    use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
+    match waitid(
+        Id::Pid(nix::unistd::Pid::from_raw(app)),
+        WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG,
+    ) {
+        Ok(WaitStatus::Stopped(_, signal)) => Some(Signal(signal as i32)),
+        _ => None,
     }
 }

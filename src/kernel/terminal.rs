@@ -5,9 +5,9 @@
 use std::io;
 use std::os::fd::AsRawFd;
 
-use super::process::{own_pid, send};
-use super::signals::SignalInbox;
-use crate::signals::{self, Signal};
+use super::kill::{own_pid, send};
+use super::signal_inbox::SignalInbox;
+use crate::signal_names::{self, Signal};
 
 /// How the app gets the terminal on stdin, if there is one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -48,7 +48,7 @@ pub fn release_terminal(inbox: &SignalInbox) -> AppTerminal {
     if detached && leader {
         // A session leader giving up its terminal makes the kernel send SIGHUP and
         // SIGCONT to the foreground group, i.e. to lifeguard itself.
-        inbox.discard(&[signals::HUP, signals::CONT]);
+        inbox.discard(&[signal_names::HUP, signal_names::CONT]);
     }
     AppTerminal::OwnSession
 }
@@ -87,15 +87,31 @@ pub fn stop_with_app(app_group: i32) {
     let _ = send(-app_group, Signal(libc::SIGCONT));
 }
 
-/// If the app (a direct child) has stopped since last asked, by which signal. Only the
-/// stop is collected (waitid with WSTOPPED alone): an exit stays for the reaper.
-pub fn app_stopped(app: i32) -> Option<Signal> {
-    use nix::sys::wait::{waitid, Id, WaitPidFlag, WaitStatus};
-    match waitid(
-        Id::Pid(nix::unistd::Pid::from_raw(app)),
-        WaitPidFlag::WSTOPPED | WaitPidFlag::WNOHANG,
-    ) {
-        Ok(WaitStatus::Stopped(_, signal)) => Some(Signal(signal as i32)),
-        _ => None,
+/// In the app's child process, between fork and exec: its own session (or, with
+/// `ForegroundGroup`, its own group in lifeguard's session, made the terminal's
+/// foreground group), and the terminal as its controlling one where it may have it.
+/// Async-signal-safe system calls only, no allocation.
+pub(super) fn take_terminal_in_child(terminal: AppTerminal) -> io::Result<()> {
+    // SAFETY: setpgid, getpid, tcsetpgrp, setsid and ioctl(TIOCSCTTY) take integers
+    // only, and are async-signal-safe (the caller is the child between fork and exec).
+    unsafe {
+        if terminal == AppTerminal::ForegroundGroup {
+            if libc::setpgid(0, 0) < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            // A background group calling tcsetpgrp gets SIGTTOU unless it is blocked
+            // (tcsetpgrp(3)); every signal still is, until the last step. Failure only
+            // costs job control; the app still runs.
+            libc::tcsetpgrp(0, libc::getpid());
+        } else {
+            if libc::setsid() < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if terminal == AppTerminal::OwnSession {
+                // Failure only costs job control; the app still runs (as dumb-init).
+                libc::ioctl(0, libc::TIOCSCTTY, 0);
+            }
+        }
     }
+    Ok(())
 }

@@ -347,13 +347,20 @@ pub fn resolve(entries: &[CgroupEntry], mounts: &[CgroupMount], v2_controllers: 
         // controller is enabled or not" (cgroup-v2.rst), so it is taken from v2 even
         // without the cpu controller there, but only when no CPU controller is attached
         // to v1 (in the hybrid layout the v2 cgroup is not where the CPU limits are).
-        cpuacct: if v1_entry("cpuacct").is_some() || v1_entry("cpu").is_some() {
-            find("cpuacct")
-        } else {
-            v2.clone().map(|dir| ControllerDir {
+        // A CPU controller attached to a v1 hierarchy that is not mounted here (a mount
+        // namespace showing only cgroup2, beside a v1 host) cannot be read at all: the
+        // v2 cgroup's usage is then the one CPU figure there is.
+        cpuacct: match v1_entry("cpuacct").or_else(|| v1_entry("cpu")) {
+            Some(_) => find("cpuacct").or_else(|| {
+                v2.clone().map(|dir| ControllerDir {
+                    version: Version::V2,
+                    dir,
+                })
+            }),
+            None => v2.clone().map(|dir| ControllerDir {
                 version: Version::V2,
                 dir,
-            })
+            }),
         },
         cpuset: find("cpuset"),
         memory: find("memory"),
@@ -878,6 +885,28 @@ mod tests {
 
     // --- recorded trees ---------------------------------------------------------------
 
+    /// Recorded on this project's v1 machine: cgroup2 mounted alone in a mount namespace
+    /// (the v1 hierarchies unmounted there, still attached), the process in a v2 cgroup
+    /// of its own. No controller is v2's; the usage is (tests/cgroup_v2.rs runs it live).
+    #[test]
+    fn v2_beside_v1_reads_the_usage_v2_keeps_without_controllers() {
+        let mut cg = fixture("v2-beside-v1");
+        assert_eq!(
+            cg.resolved(),
+            &Resolved {
+                cpu: None,
+                cpuacct: dir(Version::V2, "/sys/fs/cgroup/app"),
+                cpuset: None,
+                memory: None,
+            }
+        );
+        let r = cg.read();
+        assert_eq!(r.cpu_usage_ns, Some(4_526_000));
+        assert_eq!(r.memory_usage, None);
+        assert_eq!(r.cpu_quota_cores, None);
+        assert_eq!(cg.summary(), "v2 /sys/fs/cgroup/app");
+    }
+
     #[test]
     fn v2_private_namespace_with_limits() {
         let mut cg = fixture("v2");
@@ -1353,14 +1382,16 @@ mod tests {
     }
 
     #[test]
-    fn attached_to_v1_but_not_mounted_is_not_found() {
+    fn attached_to_v1_but_not_mounted_is_not_found_but_v2_usage_is() {
         // cpu is bound to a v1 hierarchy that this mount namespace does not show; even
-        // if cgroup.controllers claimed it, the v2 files would not be its cgroup.
+        // if cgroup.controllers claimed it, the v2 files would not be its cgroup (no
+        // limits from there). The usage, though, is the v2 cgroup's own and the one CPU
+        // figure that can be read: it counts the processes lifeguard runs with.
         let m = mounts("30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n");
         let e = parse_proc_cgroup("2:cpu,cpuacct:/x\n0::/\n");
         let r = resolve(&e, &m, "cpu memory");
         assert_eq!(r.cpu, None);
-        assert_eq!(r.cpuacct, None);
+        assert_eq!(r.cpuacct, dir(Version::V2, "/sys/fs/cgroup"));
         assert_eq!(r.memory, dir(Version::V2, "/sys/fs/cgroup"));
     }
 

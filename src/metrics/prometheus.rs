@@ -256,7 +256,7 @@ mod tests {
     use crate::health::AppCheck;
     use crate::lifecycle::Phase;
     use crate::metrics::Sample;
-    use crate::signals::{Signal, TERM};
+    use crate::signal_names::{Signal, TERM};
 
     #[test]
     fn lifecycle_families_are_always_there() {

@@ -8,7 +8,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::signals::{self, Signal};
+use crate::signal_names::{self, Signal};
 
 // ---------------------------------------------------------------------------------------
 // The signal state lifeguard was started with.
@@ -25,7 +25,7 @@ extern "C" fn capture_inherited_signal_state() {
     // The kernel's own view, reserved real-time signals included (libc hides those).
     let mask = kernel_mask(libc::SIG_BLOCK, 0).unwrap_or(0);
     let mut ignored = 0u64;
-    for n in 1..=signals::MAX {
+    for n in 1..=signal_names::MAX {
         if disposition(n) == Some(libc::SIG_IGN) {
             ignored |= bit(n);
         }
@@ -154,7 +154,7 @@ pub type KernelSigset = u64;
 /// `_NSIG / 8` = 64 / 8 bytes on x86_64 and aarch64 alike, and it refuses any other size
 /// with EINVAL.
 pub(super) const SIGSET_SIZE: usize = std::mem::size_of::<KernelSigset>();
-const _: () = assert!(SIGSET_SIZE == 8 && signals::MAX == 64);
+const _: () = assert!(SIGSET_SIZE == 8 && signal_names::MAX == 64);
 
 pub const fn bit(signal: i32) -> KernelSigset {
     1 << (signal - 1)
