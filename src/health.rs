@@ -4,7 +4,7 @@
 
 use crate::lifecycle::Phase;
 
-/// What the app check last said (DESIGN §3, §4).
+/// What the app check last said (README, "Lifecycle" and "Endpoint").
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AppCheck {
     /// No verdict yet.

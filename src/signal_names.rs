@@ -5,7 +5,7 @@
 use std::fmt;
 
 /// A signal number, 1..=64 on Linux. Real-time signals have no `nix::Signal` variant,
-/// so lifeguard carries plain numbers (DESIGN §3: real-time signals are forwarded too).
+/// so lifeguard carries plain numbers (real-time signals are forwarded too).
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Signal(pub i32);
 

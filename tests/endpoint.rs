@@ -1,5 +1,5 @@
-//! The health and metrics endpoint (DESIGN §4), the app checks, the graceful-shutdown
-//! scenario of CONTEXT.md, hostile clients, `--listen` semantics and `--probe`.
+//! The health and metrics endpoint (README "Endpoint"), the app checks, the graceful-shutdown
+//! scenario (a naive server that closes its port on SIGTERM), hostile clients, `--listen` semantics and `--probe`.
 mod common;
 
 use std::io::{Read, Write};
@@ -216,7 +216,7 @@ fn readyz_follows_the_http_check_of_the_app() {
     run.expect_exit(0);
 }
 
-/// CONTEXT.md's scenario: a naive server that closes its port the instant it gets
+/// The graceful-shutdown scenario: a naive server that closes its port the instant it gets
 /// SIGTERM, a 2-second request in flight, a load balancer still sending requests.
 #[test]
 fn graceful_shutdown_behind_a_load_balancer() {

@@ -1,4 +1,4 @@
-//! The measuring half (DESIGN §5, issue #6) on the real kernel: CPU and memory of a
+//! The measuring half (README "Metrics", issue #6) on the real kernel: CPU and memory of a
 //! cgroup the test creates with a quota and a limit, in-flight requests on real
 //! sockets (slow requests, idle keep-alive, a full accept queue, IPv6), and the ECS
 //! task scope against a metadata stand-in serving the documented v4 shapes.
@@ -381,7 +381,7 @@ fn on_ecs_cpu_and_memory_are_the_tasks_and_a_failing_endpoint_falls_back_to_the_
     };
     // Each way of failing: the cgroup's usage stands in (its working set is not the
     // task's 216 MiB), while the task's size, known from before, stays the limit (this
-    // test's cgroup has no quota or memory limit of its own: DESIGN §5's chain); one
+    // test's cgroup has no quota or memory limit of its own: the limits chain of README "Metrics"); one
     // warning, and every failure counted.
     let task_ws = (216u64 << 20) as f64;
     for (mode, what) in [

@@ -1,4 +1,4 @@
-//! The flags and their `LIFEGUARD_*` environment twins, as clap reads them (DESIGN §2);
+//! The flags and their `LIFEGUARD_*` environment twins, as clap reads them (README "Usage");
 //! `cli::parse` turns them into `Settings`.
 #![forbid(unsafe_code)]
 

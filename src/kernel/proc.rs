@@ -1,4 +1,4 @@
-//! /proc: which namespace's it is (DESIGN §3 "Whose /proc"), lifeguard's descendants
+//! /proc: which namespace's it is (README, "Lifecycle": whose /proc), lifeguard's descendants
 //! through the kernel's child lists, and a process's signal state.
 #![allow(unsafe_code)]
 
@@ -33,7 +33,7 @@ pub struct Descendant {
     pub proc_pid: i32,
 }
 
-/// How the mounted /proc relates to lifeguard's PID namespace (DESIGN §3, "Whose
+/// How the mounted /proc relates to lifeguard's PID namespace (README "Lifecycle", "Whose
 /// /proc"; issue #9). `unshare --pid --fork` without `--mount-proc`, and some
 /// sandboxes, leave PID 1 with the host's /proc, where /proc/1 is the host's init.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -19,7 +19,7 @@ static INHERITED_IGNORED: AtomicU64 = AtomicU64::new(0);
 static INHERITED_CAPTURED: AtomicBool = AtomicBool::new(false);
 
 /// Runs from `.init_array`, before Rust's runtime start-up sets SIGPIPE to "ignore": it is
-/// the only moment the ignored set lifeguard inherited can still be read (DESIGN §3: the
+/// the only moment the ignored set lifeguard inherited can still be read (README "Lifecycle": the
 /// app gets the mask and ignored set lifeguard was started with, as under tini).
 extern "C" fn capture_inherited_signal_state() {
     // The kernel's own view, reserved real-time signals included (libc hides those).

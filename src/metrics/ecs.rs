@@ -1,6 +1,6 @@
 //! ECS task scope (`ECS_CONTAINER_METADATA_URI_V4`): the task's limits from `${URI}/task`
 //! and its usage summed over `${URI}/task/stats`, as the ECS scaling module reads them
-//! (DESIGN §5). Pure JSON parsers apart from the fetch that feeds them.
+//! (README "Metrics"). Pure JSON parsers apart from the fetch that feeds them.
 #![forbid(unsafe_code)]
 
 use std::time::Duration;
@@ -68,7 +68,7 @@ pub fn parse_task_stats(body: &str) -> Result<TaskUsage, String> {
             .and_then(Value::as_u64)
             .ok_or_else(|| format!("container {id}: no memory_stats.usage"))?;
         // cgroup v2 hosts report `inactive_file`, v1 hosts both it and the
-        // hierarchical `total_inactive_file`; either is subtracted (DESIGN §5).
+        // hierarchical `total_inactive_file`; either is subtracted (README "Metrics").
         let inactive = [
             "/memory_stats/stats/total_inactive_file",
             "/memory_stats/stats/inactive_file",

@@ -1,5 +1,5 @@
 //! In-flight requests on the app's TCP port, read from the kernel over sock_diag netlink
-//! (DESIGN §5): the listeners' accept queues plus the connections with a request outstanding.
+//! (README "Metrics"): the listeners' accept queues plus the connections with a request outstanding.
 #![forbid(unsafe_code)]
 
 use std::io;

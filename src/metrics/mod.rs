@@ -1,4 +1,4 @@
-//! The measuring half (DESIGN §5): once a second, the app's cgroup CPU and memory (or
+//! The measuring half (README "Metrics"): once a second, the app's cgroup CPU and memory (or
 //! the ECS task's), and its in-flight requests, sampled on a thread of its own and
 //! published on the `Board` for `/metrics` and CloudWatch.
 //!
@@ -63,13 +63,13 @@ impl Derive {
     pub fn next(&mut self, r: &Reading) -> Sample {
         let cg = r.cgroup;
         // Task scope where the task reports; a local cgroup limit only where the task
-        // has none (DESIGN §5).
+        // has none (README "Metrics").
         let (scope, cpu_ns, cpu_at, working_set) = match r.task {
             Some((at, usage)) => (Scope::Task, Some(usage.cpu_ns), at, Some(usage.working_set)),
             None => (Scope::Container, cg.cpu_usage_ns, r.at, cg.working_set()),
         };
         // The limit that binds: a local quota or cpuset, else the task's size, else the
-        // machine (DESIGN §5); in task scope the task's size comes first.
+        // machine (README "Metrics"); in task scope the task's size comes first.
         // A cpuset counts only where it restricts: one holding every online CPU is the
         // machine, not a limit.
         let cpuset = cg
