@@ -8,7 +8,7 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 
 use super::limits::{descriptor_limit, INHERITED_NOFILE};
-use super::signal_inbox::{bit, disposition, inherited_signal_state, kernel_mask, set_disposition};
+use super::signal_inbox::{bit, inherited_signal_state, kernel_mask, set_disposition};
 use super::terminal::{take_terminal_in_child, AppTerminal};
 use crate::signal_names::{self, Signal};
 
@@ -42,26 +42,20 @@ pub fn set_parent_death_signal(signal: Signal) -> io::Result<()> {
 /// code that waits.
 pub fn spawn_app(command: &[OsString], terminal: AppTerminal) -> io::Result<i32> {
     let (mask_bits, ignored_bits) = inherited_signal_state();
-    // Dispositions put back as inherited: Rust's start-up ignores SIGPIPE and its spawn
-    // resets it, and the C library may install handlers (which exec turns into SIG_DFL)
-    // on signals lifeguard inherited ignored. Computed before the fork: the child only
-    // makes system calls.
-    let restore: Vec<(i32, libc::sighandler_t)> = (1..=signal_names::MAX)
-        .filter(|&n| n != libc::SIGKILL && n != libc::SIGSTOP)
-        .filter_map(|n| {
-            let was_ignored = ignored_bits & bit(n) != 0;
-            let is_ignored = disposition(n)? == libc::SIG_IGN;
-            // Inherited-ignored ones always: std's spawn resets SIGPIPE before our code.
-            (was_ignored || is_ignored).then_some((
-                n,
-                if was_ignored {
-                    libc::SIG_IGN
-                } else {
-                    libc::SIG_DFL
-                },
-            ))
-        })
+    // Dispositions put back as inherited, worked out without asking the kernel about
+    // all 64 signals: exec itself turns every handler into SIG_DFL and keeps what is
+    // ignored, so only two kinds differ from what lifeguard inherited — what it ignores
+    // that was not ignored (SIGPIPE: Rust's start-up ignores it), and what was ignored
+    // but no longer is (SIGCHLD, which lifeguard must hear; a signal the runtime gave a
+    // handler, e.g. SIGSEGV's stack-overflow guard). Computed before the fork: the
+    // child only makes system calls.
+    let mut restore: Vec<(i32, libc::sighandler_t)> = (1..=signal_names::MAX)
+        .filter(|&n| n != libc::SIGKILL && n != libc::SIGSTOP && ignored_bits & bit(n) != 0)
+        .map(|n| (n, libc::SIG_IGN))
         .collect();
+    if ignored_bits & bit(libc::SIGPIPE) == 0 {
+        restore.push((libc::SIGPIPE, libc::SIG_DFL));
+    }
     let nofile = INHERITED_NOFILE.get().copied();
     let mut cmd = Command::new(&command[0]);
     cmd.args(&command[1..])
