@@ -12,7 +12,9 @@ mod stdio;
 mod terminal;
 
 pub use limits::{raise_descriptor_limit, tune_listener};
-pub use proc::{descendants, handles, proc_view, Descendant, ProcView};
+pub use proc::{
+    descendant_proc_pids, descendants, handles, own_children, proc_view, Descendant, ProcView,
+};
 pub use process::{
     become_subreaper, has_children, is_pid1, own_pid, reap_one, send, set_parent_death_signal,
     signal_everything_in_namespace, spawn_app, Reaped,

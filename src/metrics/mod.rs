@@ -5,6 +5,9 @@
 //! - `cgroup`: finding the cgroup and reading its files
 //! - `ecs`: the task metadata endpoint
 //! - `inflight`: the listen queue and outstanding requests, from sock_diag
+//! - `netstat`: the network namespace's TCP counters
+//! - `saturation`: the listener's backlog, waits and overflows, and their warnings
+//! - `process_tree`: the app's processes, threads, descriptors and resident memory
 //! - `prometheus`: the text exposition of a `Snapshot`
 #![forbid(unsafe_code)]
 
@@ -12,7 +15,9 @@ pub mod cgroup;
 pub mod ecs;
 pub mod inflight;
 pub mod netstat;
+pub mod process_tree;
 pub mod prometheus;
+pub mod saturation;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -125,6 +130,9 @@ impl Derive {
             memory_oom_kills: cg.oom_kills,
             requests_in_flight: r.inflight.map(|f| f.requests),
             accept_queue_length: r.inflight.and_then(|f| f.accept_queue),
+            // The listen and process-tree figures are the sampler's to add: they need no
+            // rate or limit chain.
+            ..Default::default()
         }
     }
 }
@@ -194,6 +202,8 @@ async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, boa
     let mut inflight = config.inflight_port.map(InFlightSource::new);
     let mut traffic = Traffic::default();
     let mut derive = Derive::default();
+    let mut app_tree = process_tree::TreeReader::new();
+    let mut listen_watch = saturation::Watch::default();
     let bell = board.sampler_bell.listener();
     let mut next_full = Instant::now();
     loop {
@@ -219,17 +229,19 @@ async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, boa
         faults::point("sampler");
         let at = Instant::now();
         let found = inflight.as_mut().map(InFlightSource::sample);
+        let mut counters = netstat::TcpCounters::default();
         if let (Some(found), Some(source)) = (found, &inflight) {
             // The namespace's counter first, lifeguard's own accepts after: an accept in
             // between makes the look busy, never quiet (Traffic::next).
-            let passive_opens = netstat::read().passive_opens;
+            counters = netstat::read();
             board.set_traffic(traffic.next(PortLook {
                 at,
                 found: found.map(|f| (f, source.records())),
-                passive_opens,
+                passive_opens: counters.passive_opens,
                 own_accepts: board.counters.endpoint_accepted(),
             }));
         }
+        let looked = at.elapsed();
         if at < next_full {
             continue;
         }
@@ -257,14 +269,39 @@ async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, boa
             }
             None => (None, ecs::TaskLimits::default()),
         };
-        let sample = derive.next(&Reading {
+        let tree_started = Instant::now();
+        let tree = app_tree.read();
+        let tree_took = tree_started.elapsed();
+        let mut sample = derive.next(&Reading {
             at,
             cgroup: &reading,
             task: task_usage,
             task_limits,
             inflight: found.flatten(),
         });
+        sample.app = tree.figures;
+        if let (Some(source), Some(port)) = (&inflight, config.inflight_port) {
+            // The listener as this sample's dump found it (none when it failed).
+            let listener = saturation::listener(source.records());
+            for warning in listen_watch.next(at, port, listener.as_ref(), counters.listen_overflows)
+            {
+                logging::warn(warning, &[]);
+            }
+            sample.listen = saturation::figures(listener.as_ref(), &counters);
+        }
+        for process in &tree.crossed {
+            logging::warn(process_tree::select_warning(process), &[]);
+        }
         board.set_sample(sample);
+        // What one sample costs, for bench/metrics.py (and anyone wondering, at -vv).
+        logging::debug(
+            "metrics: sample taken",
+            &[
+                ("us", &at.elapsed().as_micros()),
+                ("port_us", &looked.as_micros()),
+                ("tree_us", &tree_took.as_micros()),
+            ],
+        );
     }
 }
 
