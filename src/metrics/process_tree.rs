@@ -279,16 +279,12 @@ impl TreeReader {
         let refresh_limits = self.samples.is_multiple_of(LIMITS_EVERY);
         self.samples = self.samples.wrapping_add(1);
         let fds = self.fds.get_or_insert_with(FdCounter::detect);
-        let mut processes = Vec::with_capacity(self.known.len());
-        for &pid in &self.known {
-            if let Some(process) = read_process(pid, now, fds, &mut self.limits, refresh_limits) {
-                processes.push(process);
-            }
-        }
+        let mut source = Live { fds, now };
+        let processes = read_all(&self.known, &mut source, &mut self.limits, refresh_limits);
         let live: HashSet<i32> = processes.iter().map(|p| p.pid).collect();
         self.known.retain(|pid| live.contains(pid));
         self.limits.retain(|pid, _| live.contains(pid));
-        fds.forget_all_but(&live);
+        source.fds.forget_all_but(&live);
         TreeReading {
             figures: total(&processes),
             crossed: self
@@ -301,16 +297,60 @@ impl TreeReader {
     }
 }
 
+/// The processes of `pids` that are still there.
+fn read_all(
+    pids: &[i32],
+    proc: &mut impl ProcSource,
+    limits: &mut HashMap<i32, Option<Option<u64>>>,
+    refresh_limits: bool,
+) -> Vec<Process> {
+    pids.iter()
+        .filter_map(|&pid| read_process(pid, proc, limits, refresh_limits))
+        .collect()
+}
+
+/// What reading a process needs of /proc: a seam, so that the rules can be tested on a
+/// /proc that changes or refuses under them.
+trait ProcSource {
+    fn text(&mut self, path: &str) -> io::Result<String>;
+    /// The thread ids of `pid`.
+    fn tasks(&mut self, pid: i32) -> io::Result<Vec<i32>>;
+    /// `pid`'s open descriptors, counted in `dir` (Ok(None): it may not be counted).
+    fn fds(&mut self, pid: i32, dir: &str) -> io::Result<Option<u64>>;
+}
+
+/// The real /proc.
+struct Live<'a> {
+    fds: &'a mut FdCounter,
+    now: Instant,
+}
+
+impl ProcSource for Live<'_> {
+    fn text(&mut self, path: &str) -> io::Result<String> {
+        std::fs::read_to_string(path)
+    }
+
+    fn tasks(&mut self, pid: i32) -> io::Result<Vec<i32>> {
+        Ok(std::fs::read_dir(format!("/proc/{pid}/task"))?
+            .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+            .collect())
+    }
+
+    fn fds(&mut self, pid: i32, dir: &str) -> io::Result<Option<u64>> {
+        self.fds.count(pid, dir, self.now)
+    }
+}
+
 /// One process's figures; None when it is gone (it exited and was reaped during the
-/// walk: it is left out whole, as if the walk had come a moment later).
+/// walk: it is left out whole, as if the walk had come a moment later). What is there
+/// but may not be read is None in its figure, which leaves that figure out of the sample.
 fn read_process(
     pid: i32,
-    now: Instant,
-    fds: &mut FdCounter,
+    proc: &mut impl ProcSource,
     limits: &mut HashMap<i32, Option<Option<u64>>>,
     refresh_limits: bool,
 ) -> Option<Process> {
-    let status = match std::fs::read_to_string(format!("/proc/{pid}/status")) {
+    let status = match proc.text(&format!("/proc/{pid}/status")) {
         Ok(text) => parse_status(&text),
         Err(err) if gone(&err) => return None,
         Err(_) => None,
@@ -330,10 +370,15 @@ fn read_process(
     // A leader that exited ahead of its threads shows as a zombie with nothing under
     // its own entry; its memory and descriptors are read through a live thread's.
     let (dead, rss_bytes, fd_dir) = if status.exited {
-        match live_thread(pid) {
+        let live = match proc.tasks(pid) {
+            Ok(tids) => tids.into_iter().find(|tid| *tid != pid),
+            Err(err) if gone(&err) => return None,
+            Err(_) => None,
+        };
+        match live {
             Some(tid) => (
                 false,
-                std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/status"))
+                proc.text(&format!("/proc/{pid}/task/{tid}/status"))
                     .ok()
                     .and_then(|text| parse_status(&text))
                     .and_then(|s| s.rss_bytes),
@@ -346,7 +391,7 @@ fn read_process(
     };
     let open = match fd_dir {
         None => Some(0),
-        Some(dir) => match fds.count(pid, &dir, now) {
+        Some(dir) => match proc.fds(pid, &dir) {
             Ok(count) => count,
             Err(_) => return None,
         },
@@ -357,7 +402,7 @@ fn read_process(
         match limits.get(&pid) {
             Some(known) if !refresh_limits => *known,
             _ => {
-                let read = match std::fs::read_to_string(format!("/proc/{pid}/limits")) {
+                let read = match proc.text(&format!("/proc/{pid}/limits")) {
                     Ok(text) => parse_nofile_soft(&text),
                     Err(err) if gone(&err) => return None,
                     Err(_) => None,
@@ -376,14 +421,6 @@ fn read_process(
         rss_bytes,
         nofile,
     })
-}
-
-/// A thread of `pid` other than its leader, if one is left.
-fn live_thread(pid: i32) -> Option<i32> {
-    std::fs::read_dir(format!("/proc/{pid}/task"))
-        .ok()?
-        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
-        .find(|tid| *tid != pid)
 }
 
 #[cfg(test)]
@@ -602,6 +639,195 @@ mod tests {
             text.contains("process 1 (p1) holds 1100 descriptors"),
             "{text}"
         );
+    }
+
+    /// A /proc that holds what a test puts in it; anything else is not there (ENOENT).
+    #[derive(Default)]
+    struct FakeProc {
+        files: HashMap<String, Result<&'static str, i32>>,
+        tasks: HashMap<i32, Vec<i32>>,
+        fds: HashMap<String, Result<Option<u64>, i32>>,
+    }
+
+    impl ProcSource for FakeProc {
+        fn text(&mut self, path: &str) -> io::Result<String> {
+            match self.files.get(path) {
+                Some(Ok(text)) => Ok(text.to_string()),
+                Some(Err(errno)) => Err(io::Error::from_raw_os_error(*errno)),
+                None => Err(io::Error::from_raw_os_error(libc::ENOENT)),
+            }
+        }
+
+        fn tasks(&mut self, pid: i32) -> io::Result<Vec<i32>> {
+            self.tasks
+                .get(&pid)
+                .cloned()
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::ENOENT))
+        }
+
+        fn fds(&mut self, _pid: i32, dir: &str) -> io::Result<Option<u64>> {
+            match self.fds.get(dir) {
+                Some(Ok(count)) => Ok(*count),
+                Some(Err(errno)) => Err(io::Error::from_raw_os_error(*errno)),
+                None => Err(io::Error::from_raw_os_error(libc::ENOENT)),
+            }
+        }
+    }
+
+    impl FakeProc {
+        /// A running process with `STATUS`'s figures (200 threads, 12,620 kB), `fds`
+        /// descriptors and `LIMITS` (soft 1,024).
+        fn running(mut self, pid: i32, fds: u64) -> Self {
+            self.files.insert(format!("/proc/{pid}/status"), Ok(STATUS));
+            self.files.insert(format!("/proc/{pid}/limits"), Ok(LIMITS));
+            self.fds.insert(format!("/proc/{pid}/fd"), Ok(Some(fds)));
+            self
+        }
+
+        fn file(mut self, path: &str, content: Result<&'static str, i32>) -> Self {
+            self.files.insert(path.to_string(), content);
+            self
+        }
+
+        fn fd_dir(mut self, path: &str, count: Result<Option<u64>, i32>) -> Self {
+            self.fds.insert(path.to_string(), count);
+            self
+        }
+    }
+
+    fn read_one(mut proc: FakeProc, pid: i32) -> Option<Process> {
+        read_process(pid, &mut proc, &mut HashMap::new(), true)
+    }
+
+    #[test]
+    fn a_process_that_vanishes_or_refuses_costs_its_figures_never_a_wrong_one() {
+        let full = Process {
+            pid: 20,
+            name: "python3".into(),
+            dead: false,
+            threads: Some(200),
+            fds: Some(10_005),
+            rss_bytes: Some(12620 * 1024),
+            nofile: Some(Some(1024)),
+        };
+        let unknown = Process {
+            name: String::new(),
+            threads: None,
+            fds: None,
+            rss_bytes: None,
+            nofile: None,
+            ..full.clone()
+        };
+        let running = || FakeProc::default().running(20, 10_005);
+        let cases: Vec<(&str, FakeProc, Option<Process>)> = vec![
+            ("all there", running(), Some(full.clone())),
+            // Gone at any step: left out whole, as if the walk had come later.
+            ("gone before its status", FakeProc::default(), None),
+            (
+                "gone between status and descriptors",
+                running().fd_dir("/proc/20/fd", Err(libc::ENOENT)),
+                None,
+            ),
+            (
+                "gone before its limits",
+                running().file("/proc/20/limits", Err(libc::ESRCH)),
+                None,
+            ),
+            // There but refused: a process, with what could not be read unknown.
+            (
+                "status refused",
+                running().file("/proc/20/status", Err(libc::EACCES)),
+                Some(unknown.clone()),
+            ),
+            (
+                "status garbled",
+                running().file("/proc/20/status", Ok("Name:\tpython3\n")),
+                Some(unknown.clone()),
+            ),
+            (
+                "descriptors may not be counted",
+                running().fd_dir("/proc/20/fd", Ok(None)),
+                Some(Process {
+                    fds: None,
+                    ..full.clone()
+                }),
+            ),
+            (
+                "limits refused",
+                running().file("/proc/20/limits", Err(libc::EACCES)),
+                Some(Process {
+                    nofile: None,
+                    ..full.clone()
+                }),
+            ),
+        ];
+        for (what, proc, want) in cases {
+            assert_eq!(read_one(proc, 20), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn a_leader_that_exited_ahead_of_its_threads_is_read_through_one() {
+        let mut proc = FakeProc::default()
+            .running(30, 0)
+            .file("/proc/30/status", Ok(ZOMBIE_LEADER))
+            .file("/proc/30/task/31/status", Ok(STATUS))
+            .fd_dir("/proc/30/fd", Ok(Some(0)))
+            .fd_dir("/proc/30/task/31/fd", Ok(Some(6)));
+        proc.tasks.insert(30, vec![30, 31]);
+        assert_eq!(
+            read_one(proc, 30),
+            Some(Process {
+                pid: 30,
+                name: "lifeguard-testa".into(),
+                dead: false,
+                threads: Some(2),
+                fds: Some(6),
+                rss_bytes: Some(12620 * 1024),
+                nofile: Some(Some(1024)),
+            })
+        );
+        // A zombie with no thread left holds nothing, and its limit cannot bite.
+        let mut proc = FakeProc::default()
+            .running(40, 0)
+            .file("/proc/40/status", Ok(ZOMBIE));
+        proc.tasks.insert(40, vec![40]);
+        let dead = read_one(proc, 40).unwrap();
+        assert!(dead.dead, "{dead:?}");
+        assert_eq!(
+            (dead.fds, dead.rss_bytes, dead.nofile, dead.threads),
+            (Some(0), Some(0), None, Some(1))
+        );
+    }
+
+    #[test]
+    fn a_walk_over_a_changing_tree_sums_only_what_it_could_read_whole() {
+        // 20 runs on; 21 exited during the walk; 22 refuses its descriptors this time.
+        let mut proc = FakeProc::default()
+            .running(20, 100)
+            .running(21, 5)
+            .fd_dir("/proc/21/fd", Err(libc::ENOENT))
+            .running(22, 7)
+            .fd_dir("/proc/22/fd", Ok(None));
+        let mut limits = HashMap::new();
+        let read = read_all(&[20, 21, 22], &mut proc, &mut limits, true);
+        assert_eq!(
+            total(&read),
+            AppFigures {
+                processes: Some(2),
+                threads: Some(400),
+                open_fds: None,
+                max_fds: Some(1024),
+                resident_bytes: Some(2 * 12620 * 1024),
+            }
+        );
+        // Next sample 22 may be counted again: the figure is back. Limits come from the
+        // cache between refreshes (one that disappears is not asked for).
+        proc.fds.insert("/proc/22/fd".into(), Ok(Some(7)));
+        proc.files.remove("/proc/22/limits");
+        let read = read_all(&[20, 22], &mut proc, &mut limits, false);
+        let figures = total(&read);
+        assert_eq!((figures.open_fds, figures.max_fds), (Some(107), Some(1024)));
     }
 
     #[test]
