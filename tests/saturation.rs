@@ -618,3 +618,95 @@ fn descriptors_of_an_app_lifeguard_may_not_list_are_still_counted_or_left_out() 
     assert_eq!(figure(&m, "lifeguard_app_processes"), Some(1.0), "{m:?}");
     assert!(figure(&m, "lifeguard_app_threads") >= Some(1.0), "{m:?}");
 }
+
+// ---------------------------------------------------------------------------------------
+// The quiet shortcut: a look at a namespace where no segment moved does without the walk
+// of the established-socket table (metrics/quiet.rs); whatever moves is seen at the next.
+
+/// The `sample taken` debug lines of stderr from its `from`th line on.
+fn sample_lines(run: &Run, from: usize) -> Vec<String> {
+    run.stderr()
+        .into_iter()
+        .skip(from)
+        .filter(|l| l.contains("metrics: sample taken"))
+        .collect()
+}
+
+/// The second sample line from the `from`th line of stderr: the first may have been
+/// looking when the change came, the second looked after it.
+fn second_sample_after(run: &Run, from: usize) -> String {
+    wait_until("two samples after the change", || {
+        sample_lines(run, from).get(1).cloned()
+    })
+}
+
+/// Waits until a sample from the `from`th line of stderr on took the shortcut.
+fn quiet_sample(run: &Run, from: usize) {
+    wait_until("a sample of a quiet namespace", || {
+        sample_lines(run, from)
+            .iter()
+            .any(|l| l.contains("port=listeners"))
+            .then_some(())
+    })
+}
+
+/// Listens on its port only after SIGUSR1.
+const LISTENS_ON_USR1: &str = r#"
+import signal, socket, sys, time
+signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
+print("ready", flush=True)
+signal.sigwait([signal.SIGUSR1])
+s = socket.socket()
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(64)
+print("listening", flush=True)
+time.sleep(3600)
+"#;
+
+#[test]
+fn a_quiet_namespace_skips_the_walk_and_sees_a_new_listener_and_new_bytes_at_once() {
+    if skipped_under_emulation(NO_SOCK_DIAG_UNDER_EMULATION) {
+        return;
+    }
+    // No scrape from here on in each part: a scrape is traffic in the namespace. The
+    // figures come from lifeguard's debug line of each sample.
+    in_own_netns(|| {
+        // A listener that appears with no segment at all in the namespace.
+        let app_port = free_port();
+        let app_port_text = app_port.to_string();
+        let (run, _) = start_app(
+            &["-vv", "--inflight-port", &app_port_text],
+            &[python(), "-c", LISTENS_ON_USR1, &app_port_text],
+        );
+        quiet_sample(&run, run.stderr().len());
+        run.signal(libc::SIGUSR1);
+        run.expect_line("listening");
+        let line = second_sample_after(&run, run.stderr().len());
+        assert!(line.contains("queue=0"), "{line}\n{}", run.transcript());
+        drop(run);
+
+        // Bytes on an idle keep-alive connection: a request in flight at the next look.
+        let app_port = free_port();
+        let app_port_text = app_port.to_string();
+        let (run, _) = start_app(
+            &["-vv", "--inflight-port", &app_port_text],
+            &[TESTAPP, "--http", &app_port_text, "--keep-alive"],
+        );
+        let mut stream = TcpStream::connect(("127.0.0.1", app_port)).unwrap();
+        requests_on(&mut stream, 1);
+        let idle = run.stderr().len();
+        quiet_sample(&run, idle);
+        assert!(
+            sample_lines(&run, idle)
+                .iter()
+                .all(|l| l.contains("in_flight=0")),
+            "{}",
+            run.transcript()
+        );
+        write!(stream, "GET /slow/4000 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        run.expect_line("request /slow/4000");
+        let line = second_sample_after(&run, run.stderr().len());
+        assert!(line.contains("in_flight=1"), "{line}\n{}", run.transcript());
+        drop(stream);
+    });
+}

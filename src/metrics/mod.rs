@@ -8,6 +8,7 @@
 //! - `netstat`: the network namespace's TCP counters
 //! - `saturation`: the listener's backlog, waits and overflows, and their warnings
 //! - `process_tree`: the app's processes, threads, descriptors and resident memory
+//! - `quiet`: when a look at the port can do without the established-socket walk
 //! - `prometheus`: the text exposition of a `Snapshot`
 #![forbid(unsafe_code)]
 
@@ -17,6 +18,7 @@ pub mod inflight;
 pub mod netstat;
 pub mod process_tree;
 pub mod prometheus;
+pub mod quiet;
 pub mod saturation;
 
 use std::collections::HashMap;
@@ -228,7 +230,9 @@ async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, boa
         }
         faults::point("sampler");
         let at = Instant::now();
-        let found = inflight.as_mut().map(InFlightSource::sample);
+        // A drain's hold reads every look: no shortcut then (metrics/quiet.rs).
+        let may_skip = matches!(board.phase(), Phase::Starting | Phase::Running);
+        let found = inflight.as_mut().map(|source| source.sample(may_skip));
         let mut counters = netstat::TcpCounters::default();
         if let (Some(found), Some(source)) = (found, &inflight) {
             // The namespace's counter first, lifeguard's own accepts after: an accept in
@@ -292,13 +296,29 @@ async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, boa
         for process in &tree.crossed {
             logging::warn(process_tree::select_warning(process), &[]);
         }
+        let figure = |n: Option<u64>| n.map_or("none".to_string(), |n| n.to_string());
+        let (in_flight, queue) = (
+            figure(sample.requests_in_flight),
+            figure(sample.accept_queue_length),
+        );
         board.set_sample(sample);
-        // What one sample costs, for bench/metrics.py (and anyone wondering, at -vv).
+        // What one sample costs and found, for bench/metrics.py (and anyone wondering,
+        // at -vv).
         logging::debug(
             "metrics: sample taken",
             &[
+                ("in_flight", &in_flight),
+                ("queue", &queue),
                 ("us", &at.elapsed().as_micros()),
                 ("port_us", &looked.as_micros()),
+                (
+                    "port",
+                    &match &inflight {
+                        None => "off",
+                        Some(source) if source.skipped() => "listeners",
+                        Some(_) => "dumped",
+                    },
+                ),
                 ("tree_us", &tree_took.as_micros()),
             ],
         );
@@ -384,6 +404,10 @@ pub struct InFlightSource {
     port: u16,
     reader: Option<inflight::InFlightReader>,
     failing: bool,
+    /// The last full dump, while the namespace stays quiet (metrics/quiet.rs).
+    quiet: Option<quiet::Baseline>,
+    /// The last look did without the established-socket walk.
+    skipped: bool,
 }
 
 impl InFlightSource {
@@ -392,7 +416,14 @@ impl InFlightSource {
             port,
             reader: None,
             failing: false,
+            quiet: None,
+            skipped: false,
         }
+    }
+
+    /// Whether the last look did without the established-socket walk.
+    pub fn skipped(&self) -> bool {
+        self.skipped
     }
 
     /// The sockets of the last sample (empty when it failed).
@@ -400,8 +431,27 @@ impl InFlightSource {
         self.reader.as_ref().map_or(&[], |r| r.records())
     }
 
-    /// The count now; None when it cannot be read (already said).
-    pub fn sample(&mut self) -> Option<inflight::InFlight> {
+    /// The count now; None when it cannot be read (already said). With `may_skip` (not
+    /// during a drain), a look at a quiet namespace takes the last full dump's figures
+    /// after a dump of the listeners alone (metrics/quiet.rs); `records()` are then
+    /// that dump's too.
+    pub fn sample(&mut self, may_skip: bool) -> Option<inflight::InFlight> {
+        // Read before the dump, so that a segment during it shows as a change next time.
+        let segments = may_skip.then(netstat::segments).flatten();
+        self.skipped = false;
+        if let (Some(base), Some(reader)) = (&self.quiet, &mut self.reader) {
+            if base.quiet(segments) {
+                let still = reader
+                    .sample_listeners()
+                    .ok()
+                    .and_then(|now| base.still(segments, now));
+                if still.is_some() {
+                    self.skipped = true;
+                    return still;
+                }
+            }
+        }
+        self.quiet = None;
         let result = match &mut self.reader {
             Some(reader) => reader.sample(),
             None => inflight::InFlightReader::new(self.port).and_then(|mut reader| {
@@ -415,6 +465,10 @@ impl InFlightSource {
                 if std::mem::take(&mut self.failing) {
                     logging::info("in-flight count readable again", &[("port", &self.port)]);
                 }
+                self.quiet = self
+                    .reader
+                    .as_ref()
+                    .and_then(|r| quiet::Baseline::after_dump(segments, r.records(), found));
                 Some(found)
             }
             Err(err) => {
