@@ -120,7 +120,9 @@ mod tests {
     fn the_last_dump_stands_only_while_nothing_moved() {
         let dump = [listener(1, 0, 128), connection(5), connection(6)];
         let base = Baseline::after_dump(Some((100, 200)), &dump, FOUND).unwrap();
-        let cases: &[(&str, Option<Segments>, Vec<SockRecord>, Option<InFlight>)] = &[
+        // What changed, the counts now, the listeners now, what the look gets.
+        type Case = (&'static str, Option<Segments>, Vec<SockRecord>, Option<InFlight>);
+        let cases: &[Case] = &[
             (
                 "quiet",
                 Some((100, 200)),
