@@ -121,7 +121,12 @@ mod tests {
         let dump = [listener(1, 0, 128), connection(5), connection(6)];
         let base = Baseline::after_dump(Some((100, 200)), &dump, FOUND).unwrap();
         // What changed, the counts now, the listeners now, what the look gets.
-        type Case = (&'static str, Option<Segments>, Vec<SockRecord>, Option<InFlight>);
+        type Case = (
+            &'static str,
+            Option<Segments>,
+            Vec<SockRecord>,
+            Option<InFlight>,
+        );
         let cases: &[Case] = &[
             (
                 "quiet",
