@@ -316,6 +316,12 @@ fn opens_per_request(keep_alive: bool, requests: usize) -> (f64, f64) {
         // counts those made before it was taken, so all of them bound the span.
         let (m, mut scrapes) = next_sample(port);
         let before = m["lifeguard_connections_accepted_total"];
+        // Connections the namespace opens but does not accept (refused: nothing listens
+        // there) are no accepted connections; the counter must not move for them.
+        let closed = free_port();
+        for _ in 0..requests {
+            assert!(TcpStream::connect(("127.0.0.1", closed)).is_err());
+        }
         if keep_alive {
             let mut stream = TcpStream::connect(("127.0.0.1", app_port)).unwrap();
             requests_on(&mut stream, requests);
@@ -464,6 +470,8 @@ fn descriptors_threads_and_processes_follow_the_app_within_2_s() {
                 warning.contains(&format!("process {} (python3)", want["pid"])),
                 "{warning}"
             );
+            // Another sample still past the line says nothing more.
+            next_sample(port);
         }
     }
     next_sample(port);
