@@ -7,7 +7,7 @@
    request it never reads), with 100, 1,000 and 10,000 TCP sockets open on the host.
    The cost is the sample's own account of itself (its -vv line `metrics: sample
    taken`: the whole sample, the look at the port, the process tree), median of
-   --samples samples after the first three. Twice per row: with a byte every 200 ms on
+   --samples samples from the third after the app is ready. Twice per row: with a byte every 200 ms on
    one of the app's connections, so that every look walks the kernel's
    established-socket table, and without (a quiet namespace: the listeners alone).
    Beside it, one read of /proc/net/tcp and tcp6 (Python).
@@ -52,9 +52,8 @@ listener.listen(1024)
 clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
 served = [listener.accept()[0] for _ in range(4)]
 clients[0].sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-held = []
-while len(os.listdir("/proc/self/fd")) - 1 < fds:
-    held.append(os.open("/dev/null", os.O_RDONLY))
+held = [os.open("/dev/null", os.O_RDONLY)
+        for _ in range(fds - (len(os.listdir("/proc/self/fd")) - 1))]
 stop = threading.Event()
 def chat():
     while True:
@@ -158,15 +157,23 @@ def sample_lines(env, lg, chatty, wanted):
     argv = in_container([lg, "-vv", "--listen", "127.0.0.1:9595", "--inflight-port",
                          str(APP_PORT), "--drain-delay", "0", "--"]
                         + app_argv(10_000, 200, chatty))
-    p = env.start(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    p = env.start(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ready = threading.Event()
+
+    def app_output():
+        for line in p.stdout:
+            if line.strip() == "ready":
+                ready.set()
+
+    threading.Thread(target=app_output, daemon=True).start()
     samples = []
     deadline = time.monotonic() + 60 + 2 * wanted
     seen = 0
     for line in p.stderr:
-        if "metrics: sample taken" not in line:
+        if "metrics: sample taken" not in line or not ready.is_set():
             continue
         seen += 1
-        if seen > 3:
+        if seen > 2:
             fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
             samples.append(fields)
         if len(samples) >= wanted or time.monotonic() > deadline:

@@ -302,6 +302,9 @@ async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, boa
             figure(sample.accept_queue_length),
         );
         board.set_sample(sample);
+        if !logging::enabled(logging::Level::Debug) {
+            continue;
+        }
         // What one sample costs and found, for bench/metrics.py (and anyone wondering,
         // at -vv).
         logging::debug(
