@@ -193,15 +193,22 @@ pub fn descendant_proc_pids() -> Option<Vec<i32>> {
     Some(found)
 }
 
-/// lifeguard's own children (every thread's), sorted: orphans land here, so a change
-/// tells the sampler that its tree may have grown without a new pid.
+/// lifeguard's own children, sorted: orphans land here, so a change tells the sampler
+/// that its tree may have grown without a new pid. Its main thread's list alone (one
+/// read, every second): the app is spawned from it, helper threads never fork, and the
+/// kernel hands orphans to a subreaper's first live thread, which is its leader while
+/// lifeguard runs.
 pub fn own_children() -> Option<Vec<i32>> {
     let start = match proc_view() {
         ProcView::Own => own_pid(),
         ProcView::Outer { self_pid, .. } => self_pid,
         ProcView::Blind => return None,
     };
-    let mut children = children_leader_last(start)?;
+    let text = std::fs::read_to_string(format!("/proc/{start}/task/{start}/children")).ok()?;
+    let mut children: Vec<i32> = text
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .collect();
     children.sort_unstable();
     Some(children)
 }

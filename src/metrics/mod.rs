@@ -208,6 +208,9 @@ async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, boa
     let mut listen_watch = saturation::Watch::default();
     let bell = board.sampler_bell.listener();
     let mut next_full = Instant::now();
+    // The namespace's counters as last read; a look at a quiet namespace keeps them
+    // (none of them moves without a segment: metrics/quiet.rs).
+    let mut counters = netstat::TcpCounters::default();
     loop {
         let draining = board.phase() == Phase::Draining && inflight.is_some();
         let now = Instant::now();
@@ -233,11 +236,12 @@ async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, boa
         // A drain's hold reads every look: no shortcut then (metrics/quiet.rs).
         let may_skip = matches!(board.phase(), Phase::Starting | Phase::Running);
         let found = inflight.as_mut().map(|source| source.sample(may_skip));
-        let mut counters = netstat::TcpCounters::default();
         if let (Some(found), Some(source)) = (found, &inflight) {
             // The namespace's counter first, lifeguard's own accepts after: an accept in
             // between makes the look busy, never quiet (Traffic::next).
-            counters = netstat::read();
+            if !source.skipped() {
+                counters = netstat::read();
+            }
             board.set_traffic(traffic.next(PortLook {
                 at,
                 found: found.map(|f| (f, source.records())),
