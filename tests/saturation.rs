@@ -59,9 +59,10 @@ fn figure(m: &HashMap<String, f64>, name: &str) -> Option<f64> {
 /// Waits for a sample taken after this call (the CPU counter moves with every sample);
 /// that scrape, and how many scrapes it took in all.
 fn next_sample(port: u16) -> (HashMap<String, f64>, u64) {
-    let before = scrape(port)["lifeguard_cpu_usage_seconds_total"];
+    let cpu = |m: &HashMap<String, f64>| figure(m, "lifeguard_cpu_usage_seconds_total");
+    let before = cpu(&scrape(port));
     let (m, took) = scrape_until(port, "a new sample", |m| {
-        m["lifeguard_cpu_usage_seconds_total"] != before
+        cpu(m).is_some() && cpu(m) != before
     });
     (m, took + 1)
 }
