@@ -1,30 +1,72 @@
 #!/usr/bin/env python3
 """The cost of lifeguard's metrics, side by side with tini, dumb-init and catatonit.
 
-1. One sample (the cgroup files plus one sock_diag dump) with 100, 1,000 and 10,000 TCP
-   sockets open on the host, against parsing /proc/net/tcp{,6}: the ignored unit test
-   `metrics::tests::bench_one_sample`, in a release build.
-2. Each init's own CPU over the same window (default 300 s) while it supervises
-   `sleep`: lifeguard with its endpoint on and `--inflight-port` (sampling once a
-   second), the peers as they are. All run at once, so they share the machine's noise.
-3. Idle RssAnon and Pss of each init with the same setup, median of 3 readings.
+1. One sample of the shipped binary, as in a container: PID 1 of a PID and a network
+   namespace of its own, supervising an app that holds 10,000 descriptors and 200
+   threads and listens on --inflight-port (four connections of its own, one with a
+   request it never reads), with 100, 1,000 and 10,000 TCP sockets open on the host.
+   The cost is the sample's own account of itself (its -vv line `metrics: sample
+   taken`: the whole sample, the look at the port, the process tree), median of
+   --samples samples from the third after the app is ready. Twice per row: with a byte every 200 ms on
+   one of the app's connections, so that every look walks the kernel's
+   established-socket table, and without (a quiet namespace: the listeners alone).
+   Beside it, one read of /proc/net/tcp and tcp6 (Python).
+2. Each init's own CPU over the same window (default 300 s), summed over its threads
+   (schedstat, ns): lifeguard as a plain child with its endpoint and --inflight-port
+   supervising `sleep` (the row measured before issue #19), and as PID 1 of its own
+   namespaces supervising `sleep` and the 10,000-descriptor, 200-thread app, quiet and
+   chatty; the peers supervising `sleep`. All run at once, so they share the machine's
+   noise. `--baseline PATH` adds lifeguard's rows for another binary (an older build).
+3. Idle RssAnon and Pss of each, median of 3 readings.
 
 As root; standard library only. `--seconds N` shortens the CPU window (a smoke test).
 Writes a markdown table to bench/metrics-results.md and prints it.
 """
 import argparse
 import os
+import resource
 import shutil
 import signal
 import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TARGET = "x86_64-unknown-linux-musl"
-BENCH_TARGET = "/tmp/bench-target"
+BENCH_TARGET = os.environ.get("CARGO_TARGET_DIR", "/tmp/bench-target")
+APP_PORT = 8080
+
+# The app of part 1 and of the heavy CPU rows: `fds` descriptors and `threads` threads
+# in all, listening on `port`; "chatty" sends a byte every 200 ms on one of its own
+# connections (traffic in the namespace: every look walks the established table).
+APP = r'''
+import os, resource, socket, sys, threading, time
+fds, threads, port, chatty = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "chatty"
+resource.setrlimit(resource.RLIMIT_NOFILE, (resource.getrlimit(resource.RLIMIT_NOFILE)[1],) * 2)
+listener = socket.socket()
+listener.bind(("127.0.0.1", port))
+listener.listen(1024)
+clients = [socket.create_connection(("127.0.0.1", port)) for _ in range(4)]
+served = [listener.accept()[0] for _ in range(4)]
+clients[0].sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+held = [os.open("/dev/null", os.O_RDONLY)
+        for _ in range(fds - (len(os.listdir("/proc/self/fd")) - 1))]
+stop = threading.Event()
+def chat():
+    while True:
+        clients[1].sendall(b"x")
+        served[1].recv(1)
+        time.sleep(0.2)
+for _ in range(threads - 2 if chatty else threads - 1):
+    threading.Thread(target=stop.wait, daemon=True).start()
+if chatty:
+    threading.Thread(target=chat, daemon=True).start()
+print("ready", flush=True)
+time.sleep(10**7)
+'''
 
 
 def free_port():
@@ -44,23 +86,145 @@ def lifeguard_binary():
     return path
 
 
-def sample_cost():
-    out = subprocess.run(
-        ["cargo", "test", "--release", "--bin", "lifeguard", "bench_one_sample",
-         "--", "--ignored", "--nocapture"],
-        cwd=ROOT, capture_output=True, text=True,
-    )
-    rows = [l for l in out.stdout.splitlines() if l.count("|") == 3 and l[:1].isdigit()]
-    if not rows:
-        sys.exit(f"bench_one_sample printed nothing:\n{out.stdout}\n{out.stderr}")
+def in_container(argv):
+    """PID 1 of a new PID namespace with its own /proc and network namespace (lo up)."""
+    return ["unshare", "--pid", "--fork", "--mount-proc", "--net",
+            "sh", "-c", 'ip link set lo up && exec "$@"', "sh"] + argv
+
+
+def app_argv(fds, threads, chatty):
+    return ["python3", "-c", APP, str(fds), str(threads), str(APP_PORT),
+            "chatty" if chatty else "quiet"]
+
+
+def lifeguard_pid(p, contained):
+    """lifeguard's pid: the process itself, or unshare's child (sh exec'd it)."""
+    if not contained:
+        return p.pid
+    until = time.monotonic() + 10
+    while time.monotonic() < until:
+        try:
+            with open(f"/proc/{p.pid}/task/{p.pid}/children") as f:
+                children = f.read().split()
+            if children:
+                return int(children[0])
+        except OSError:
+            pass
+        time.sleep(0.01)
+    sys.exit("bench/metrics.py: unshare started nothing")
+
+
+class Env:
+    """Everything started here: killed with its descendants on the way out."""
+
+    def __init__(self):
+        self.started = []
+
+    def start(self, argv, **kw):
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("LIFEGUARD_", "TINI_", "DUMB_INIT_"))}
+        p = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                             start_new_session=True, **kw)
+        self.started.append(p)
+        return p
+
+    def stop(self, p):
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        # As PID 1 of its namespace, lifeguard's death ends everything in it.
+        p.wait()
+
+    def close(self):
+        for p in self.started:
+            if p.poll() is None:
+                self.stop(p)
+
+
+def host_sockets(n, held, server):
+    """Established pairs on the host, `n` sockets in all."""
+    addr = server.getsockname()
+    while len(held) < n:
+        client = socket.create_connection(addr)
+        accepted, _ = server.accept()
+        held += [client, accepted]
+
+
+def sample_lines(env, lg, chatty, wanted):
+    """Runs lifeguard -vv on the app in a container; the fields of `wanted` sample lines
+    after the first three."""
+    argv = in_container([lg, "-vv", "--listen", "127.0.0.1:9595", "--inflight-port",
+                         str(APP_PORT), "--drain-delay", "0", "--"]
+                        + app_argv(10_000, 200, chatty))
+    p = env.start(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    ready = threading.Event()
+
+    def app_output():
+        for line in p.stdout:
+            if line.strip() == "ready":
+                ready.set()
+
+    threading.Thread(target=app_output, daemon=True).start()
+    samples = []
+    deadline = time.monotonic() + 60 + 2 * wanted
+    seen = 0
+    for line in p.stderr:
+        if "metrics: sample taken" not in line or not ready.is_set():
+            continue
+        seen += 1
+        if seen > 2:
+            fields = dict(w.split("=", 1) for w in line.split() if "=" in w)
+            samples.append(fields)
+        if len(samples) >= wanted or time.monotonic() > deadline:
+            break
+    env.stop(p)
+    if len(samples) < wanted:
+        sys.exit(f"bench/metrics.py: only {len(samples)} samples")
+    return samples
+
+
+def sample_cost(env, lg, wanted):
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(4096)
+    held = []
+    rows = []
+    for n in [100, 1_000, 10_000]:
+        host_sockets(n, held, server)
+        row = [f"{n:,}"]
+        for chatty in [True, False]:
+            got = sample_lines(env, lg, chatty, wanted)
+            med = lambda k: statistics.median(int(s[k]) for s in got)
+            ways = {s.get("port") for s in got}
+            row += [f"{med('us'):.0f}", f"{med('port_us'):.0f}", f"{med('tree_us'):.0f}",
+                    "/".join(sorted(ways))]
+        times = []
+        for _ in range(20):
+            t = time.perf_counter()
+            for name in ["/proc/net/tcp", "/proc/net/tcp6"]:
+                with open(name, "rb") as f:
+                    f.read()
+            times.append(time.perf_counter() - t)
+        row.append(f"{statistics.median(times) * 1e6:.0f}")
+        rows.append(row)
+    for s in held:
+        s.close()
+    server.close()
     return rows
 
 
-def cpu_ticks(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    # utime and stime: fields 14 and 15 of stat, 12 and 13 after the comm.
-    return int(fields[11]) + int(fields[12])
+def cpu_ns(pid):
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except OSError:
+            pass
+    return total
 
 
 def status_kb(pid, field):
@@ -82,17 +246,35 @@ def pss_kb(pid):
     return None
 
 
-def inits(lifeguard):
-    port, app_port = free_port(), free_port()
-    rows = [(
-        "lifeguard (endpoint, --inflight-port)",
-        [lifeguard, "--listen", f"127.0.0.1:{port}", "--inflight-port", str(app_port),
-         "--drain-delay", "0", "--"],
-    ), ("lifeguard --listen off", [lifeguard, "--listen", "off", "--drain-delay", "0", "--"])]
+def inits(lifeguards, seconds):
+    """(name, argv, in a container) for every row of part 2."""
+    sleep = ["sleep", str(seconds + 120)]
+    rows = []
+    for label, lg in lifeguards:
+        port, app_port = free_port(), free_port()
+        rows += [
+            (f"{label}plain child, endpoint and --inflight-port, `sleep`",
+             [lg, "--listen", f"127.0.0.1:{port}", "--inflight-port", str(app_port),
+              "--drain-delay", "0", "--"] + sleep, False),
+            (f"{label}PID 1 of its own namespaces, `sleep`",
+             in_container([lg, "--listen", "127.0.0.1:9595", "--inflight-port",
+                           str(APP_PORT), "--drain-delay", "0", "--"] + sleep), True),
+            (f"{label}PID 1, app with 10,000 fds and 200 threads, quiet",
+             in_container([lg, "--listen", "127.0.0.1:9595", "--inflight-port",
+                           str(APP_PORT), "--drain-delay", "0", "--"]
+                          + app_argv(10_000, 200, False)), True),
+            (f"{label}PID 1, the same app, a byte every 200 ms",
+             in_container([lg, "--listen", "127.0.0.1:9595", "--inflight-port",
+                           str(APP_PORT), "--drain-delay", "0", "--"]
+                          + app_argv(10_000, 200, True)), True),
+        ]
+    lg = lifeguards[0][1]
+    rows.append(("lifeguard --listen off, `sleep`",
+                 [lg, "--listen", "off", "--drain-delay", "0", "--"] + sleep, False))
     for name, argv in [("tini", ["tini", "--"]), ("tini-static", ["tini-static", "--"]),
                        ("dumb-init", ["dumb-init"]), ("catatonit", ["catatonit", "--"])]:
         if shutil.which(argv[0]):
-            rows.append((name, [shutil.which(argv[0])] + argv[1:]))
+            rows.append((name, [shutil.which(argv[0])] + argv[1:] + sleep, False))
         else:
             print(f"note: {argv[0]} not installed (apt-get install tini dumb-init catatonit)",
                   file=sys.stderr)
@@ -102,62 +284,68 @@ def inits(lifeguard):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=300)
+    ap.add_argument("--samples", type=int, default=20)
+    ap.add_argument("--lifeguard", help="the binary to measure (default: build it)")
+    ap.add_argument("--baseline", help="another lifeguard binary, for its CPU rows")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "metrics-results.md"))
     args = ap.parse_args()
     if os.geteuid() != 0:
-        sys.exit("bench/metrics.py: run as root (the sample bench raises its descriptor limit)")
-    lifeguard = lifeguard_binary()
-    costs = sample_cost()
+        sys.exit("bench/metrics.py: run as root (namespaces, and thousands of sockets)")
+    lifeguard = args.lifeguard or lifeguard_binary()
+    env = Env()
     started = []
     try:
-        for name, argv in inits(lifeguard):
-            env = {k: v for k, v in os.environ.items()
-                   if not k.startswith(("LIFEGUARD_", "TINI_", "DUMB_INIT_"))}
-            p = subprocess.Popen(argv + ["sleep", str(args.seconds + 60)], env=env,
-                                 stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                 stderr=subprocess.DEVNULL, start_new_session=True)
-            started.append((name, p))
-        time.sleep(3)  # past start-up: the sampler has taken its first samples
+        costs = sample_cost(env, lifeguard, args.samples)
+        lifeguards = [("", lifeguard)]
+        if args.baseline:
+            lifeguards.append(("baseline: ", args.baseline))
+        for name, argv, contained in inits(lifeguards, args.seconds):
+            p = env.start(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            started.append((name, p, lifeguard_pid(p, contained)))
+        time.sleep(5)  # past start-up: the app holds its descriptors, samples are taken
         memory = {}
         for _ in range(3):
-            for name, p in started:
-                memory.setdefault(name, []).append((status_kb(p.pid, "RssAnon"), pss_kb(p.pid)))
+            for name, _, pid in started:
+                memory.setdefault(name, []).append((status_kb(pid, "RssAnon"), pss_kb(pid)))
             time.sleep(1)
-        first = {name: cpu_ticks(p.pid) for name, p in started}
+        first = {name: cpu_ns(pid) for name, _, pid in started}
         t0 = time.monotonic()
         time.sleep(args.seconds)
         elapsed = time.monotonic() - t0
-        last = {name: cpu_ticks(p.pid) for name, p in started}
+        last = {name: cpu_ns(pid) for name, _, pid in started}
     finally:
-        for _, p in started:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-    hz = os.sysconf("SC_CLK_TCK")
+        env.close()
     lines = [
         "# lifeguard's metrics: cost side by side",
         "",
         f"{time.strftime('%Y-%m-%d %H:%M')}, kernel {os.uname().release}, "
         f"{os.cpu_count()} CPUs, CPU window {elapsed:.0f} s",
         "",
-        "## One sample (cgroup files + one sock_diag dump), release build",
+        "## One sample, release build, PID 1 of its own namespaces, an app with 10,000 "
+        "descriptors and 200 threads",
         "",
-        "| TCP sockets on the host | one sample µs (median of 200) | sock_diag alone µs | /proc/net/tcp{,6} µs |",
-        "|---|---|---|---|",
-    ] + [f"| {r} |" for r in costs] + [
+        f"Medians of {args.samples} samples, µs, from lifeguard's own `metrics: sample "
+        "taken` lines. *Walk*: traffic in the namespace, every look dumps the port's "
+        "sockets (the kernel walks its established-socket table). *Quiet*: no segment "
+        "since the last walk, the listeners alone. `port`: how the looks went.",
         "",
-        "## Own CPU and idle memory, supervising `sleep`",
+        "| TCP sockets on the host | walk: sample | look at the port | process tree | port "
+        "| quiet: sample | look at the port | process tree | port | /proc/net/tcp{,6} read |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ] + [f"| {' | '.join(r)} |" for r in costs] + [
+        "",
+        "## Own CPU and idle memory",
         "",
         "| init | CPU ms over the window | % of one core | RssAnon kB | Pss kB |",
         "|---|---|---|---|---|",
     ]
-    for name, _ in started:
-        ms = (last[name] - first[name]) * 1000 / hz
+    for name, _, _ in started:
+        ms = (last[name] - first[name]) / 1e6
         rss = statistics.median(m[0] for m in memory[name] if m[0] is not None)
         pss = statistics.median(m[1] for m in memory[name] if m[1] is not None)
-        lines.append(f"| {name} | {ms:.0f} | {ms / 10 / elapsed:.4f} | {rss:.0f} | {pss:.0f} |")
-    lines += ["", "CPU ticks are 1/%d s: a figure of 0 means under one tick." % hz, ""]
+        lines.append(f"| {name} | {ms:.1f} | {ms / 10 / elapsed:.4f} | {rss:.0f} | {pss:.0f} |")
+    lines += ["", "CPU from /proc/PID/task/*/schedstat (nanoseconds on the CPU), all threads.",
+              ""]
     text = "\n".join(lines)
     with open(args.out, "w") as f:
         f.write(text)

@@ -14,7 +14,9 @@ mod terminal;
 
 pub use kill::{is_pid1, own_pid, send, signal_everything_in_namespace};
 pub use limits::{raise_descriptor_limit, tune_listener};
-pub use proc::{descendants, handles, proc_view, Descendant, ProcView};
+pub use proc::{
+    descendant_proc_pids, descendants, handles, own_children, proc_view, Descendant, ProcView,
+};
 pub use process::{
     app_stopped, become_subreaper, has_children, reap_one, set_parent_death_signal, spawn_app,
     Reaped,

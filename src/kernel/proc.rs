@@ -1,5 +1,6 @@
 //! /proc: which namespace's it is (README, "Lifecycle": whose /proc), lifeguard's descendants
-//! through the kernel's child lists, and a process's signal state.
+//! through the kernel's child lists (for supervision, and their /proc pids for the
+//! sampler), and a process's signal state.
 #![allow(unsafe_code)]
 
 use super::kill::own_pid;
@@ -142,6 +143,94 @@ fn children_of(pid: i32) -> Option<Vec<i32>> {
         match task.children() {
             Ok(children) => out.extend(children.into_iter().map(|c| c as i32)),
             Err(procfs::ProcError::NotFound(_)) if task.tid == pid => return None,
+            Err(_) => {}
+        }
+    }
+    Some(out)
+}
+
+/// The /proc pids of lifeguard's descendants (zombies included), for the sampler's
+/// figures: the walk of `descendants` without a read per process (the sampler reads
+/// what it needs of each itself), in /proc's own numbering (an outer namespace's too).
+/// None where /proc shows nothing of lifeguard.
+///
+/// The walk is not atomic, so it is ordered to lose nothing to a process or thread
+/// that exits meanwhile. A thread that exits hands its children to another thread of
+/// its process, the leader while it lives: each process's leader is read last. A
+/// process that exits hands them to lifeguard (the subreaper, or PID 1): lifeguard's
+/// own list is read again at the end, and what is new there is walked too.
+pub fn descendant_proc_pids() -> Option<Vec<i32>> {
+    let start = match proc_view() {
+        ProcView::Own => own_pid(),
+        ProcView::Outer { self_pid, .. } => self_pid,
+        ProcView::Blind => return None,
+    };
+    let Some(mut frontier) = children_leader_last(start) else {
+        // A kernel without child lists: only a scan of lifeguard's own /proc can tell.
+        return (proc_view() == ProcView::Own).then(|| {
+            descendants_by_scan(start)
+                .iter()
+                .map(|d| d.proc_pid)
+                .collect()
+        });
+    };
+    let mut found = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for _ in 0..3 {
+        while let Some(pid) = frontier.pop() {
+            if seen.insert(pid) {
+                found.push(pid);
+                // Gone meanwhile: its children were handed on (read below).
+                frontier.extend(children_leader_last(pid).unwrap_or_default());
+            }
+        }
+        frontier = children_leader_last(start)?;
+        frontier.retain(|pid| !seen.contains(pid));
+        if frontier.is_empty() {
+            break;
+        }
+    }
+    Some(found)
+}
+
+/// lifeguard's own children, sorted: orphans land here, so a change tells the sampler
+/// that its tree may have grown without a new pid. Its main thread's list alone (one
+/// read, every second): the app is spawned from it, helper threads never fork, and the
+/// kernel hands orphans to a subreaper's first live thread, which is its leader while
+/// lifeguard runs.
+pub fn own_children() -> Option<Vec<i32>> {
+    let start = match proc_view() {
+        ProcView::Own => own_pid(),
+        ProcView::Outer { self_pid, .. } => self_pid,
+        ProcView::Blind => return None,
+    };
+    let text = std::fs::read_to_string(format!("/proc/{start}/task/{start}/children")).ok()?;
+    let mut children: Vec<i32> = text
+        .split_whitespace()
+        .filter_map(|c| c.parse().ok())
+        .collect();
+    children.sort_unstable();
+    Some(children)
+}
+
+/// Children of every thread of `pid`, its leader's read last. None when the leader's
+/// list cannot be read: the process is gone, or the kernel has no child lists.
+fn children_leader_last(pid: i32) -> Option<Vec<i32>> {
+    let mut tids: Vec<i32> = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .filter(|tid| *tid != pid)
+        .collect();
+    tids.push(pid);
+    let mut out = Vec::new();
+    for tid in tids {
+        match std::fs::read_to_string(format!("/proc/{pid}/task/{tid}/children")) {
+            Ok(text) => out.extend(
+                text.split_whitespace()
+                    .filter_map(|c| c.parse::<i32>().ok()),
+            ),
+            Err(_) if tid == pid => return None,
+            // A thread that exited: its children went to the leader, read after it.
             Err(_) => {}
         }
     }

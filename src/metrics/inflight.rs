@@ -417,6 +417,24 @@ struct Ask {
 }
 
 impl Ask {
+    /// The same requests asking for listening sockets only: the kernel then walks its
+    /// listening hash alone (a few µs), not the established one (metrics/quiet.rs).
+    fn build_listeners_only(self, port: u16) -> Vec<Vec<u8>> {
+        // The states word of the body: `idiag_states` of `inet_diag_req` (after the
+        // four one-byte fields and the 48-byte socket id), or of `inet_diag_req_v2`
+        // (after its four one-byte fields).
+        let at = NETLINK_HEADER_LEN
+            + match self.request {
+                Request::Legacy => 52,
+                Request::PerFamily => 4,
+            };
+        let mut requests = self.build(port);
+        for request in &mut requests {
+            request[at..at + 4].copy_from_slice(&StateFlags::LISTEN.bits().to_ne_bytes());
+        }
+        requests
+    }
+
     fn build(self, port: u16) -> Vec<Vec<u8>> {
         match self.request {
             Request::Legacy => vec![build_legacy_request(port, self.filter)],
@@ -482,9 +500,12 @@ pub struct InFlightReader {
     /// The requests of `ways[0]`, built once; only the sequence number changes. One
     /// legacy request, or the AF_INET and AF_INET6 ones.
     requests: Vec<Vec<u8>>,
+    /// The same, for the listeners alone.
+    listen_requests: Vec<Vec<u8>>,
     seq: u32,
     buf: Vec<u8>,
     records: Vec<SockRecord>,
+    listeners: Vec<SockRecord>,
 }
 
 impl InFlightReader {
@@ -498,9 +519,11 @@ impl InFlightReader {
             socket: Some(open_socket()?),
             ways,
             requests: ways[0].build(port),
+            listen_requests: ways[0].build_listeners_only(port),
             seq: 0,
             buf: vec![0; RECV_BUFFER],
             records: Vec::new(),
+            listeners: Vec::new(),
         })
     }
 
@@ -516,6 +539,7 @@ impl InFlightReader {
                 Err(err) if is_refusal(&err) && self.ways.len() > 1 => {
                     self.ways = &self.ways[1..];
                     self.requests = self.ways[0].build(self.port);
+                    self.listen_requests = self.ways[0].build_listeners_only(self.port);
                 }
                 other => break other,
             }
@@ -532,20 +556,39 @@ impl InFlightReader {
         &self.records
     }
 
+    /// The port's listeners alone, in the way of asking in use; `records()` keeps the
+    /// last full sample's sockets. A failure costs the socket, as in `sample`.
+    pub fn sample_listeners(&mut self) -> io::Result<&[SockRecord]> {
+        let deadline = Instant::now() + SAMPLE_DEADLINE;
+        self.listeners.clear();
+        if let Err(err) = self.dump_each(true, deadline) {
+            self.socket = None;
+            return Err(err);
+        }
+        Ok(&self.listeners)
+    }
+
     fn dump_all(&mut self, deadline: Instant) -> io::Result<()> {
+        self.dump_each(false, deadline)
+    }
+
+    fn dump_each(&mut self, listeners_only: bool, deadline: Instant) -> io::Result<()> {
         if self.socket.is_none() {
             self.socket = Some(open_socket()?);
         }
         for index in 0..self.requests.len() {
-            self.dump(index, deadline)?;
+            self.dump(index, listeners_only, deadline)?;
         }
         Ok(())
     }
 
-    fn dump(&mut self, index: usize, deadline: Instant) -> io::Result<()> {
+    fn dump(&mut self, index: usize, listeners_only: bool, deadline: Instant) -> io::Result<()> {
         let socket = self.socket.as_ref().expect("opened by dump_all");
         self.seq = self.seq.wrapping_add(1);
-        let request = &mut self.requests[index];
+        let request = match listeners_only {
+            true => &mut self.listen_requests[index],
+            false => &mut self.requests[index],
+        };
         NetlinkBuffer::new(&mut request[..]).set_sequence_number(self.seq);
         socket.send(request, 0)?;
         loop {
@@ -560,9 +603,11 @@ impl InFlightReader {
             if len > self.buf.len() {
                 return Err(malformed(format!("datagram of {len} bytes truncated")));
             }
-            if parse_reply(&self.buf[..len], self.port, self.seq, &mut self.records)?
-                == Progress::Done
-            {
+            let out = match listeners_only {
+                true => &mut self.listeners,
+                false => &mut self.records,
+            };
+            if parse_reply(&self.buf[..len], self.port, self.seq, out)? == Progress::Done {
                 return Ok(());
             }
         }
@@ -905,6 +950,42 @@ mod tests {
     }
 
     /// A reader that asks one way only, without fallback.
+    #[test]
+    fn listeners_alone_in_every_way_of_asking() {
+        // A v4 and a v6 listener on one port, one queued connection and one accepted.
+        let v4 = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = v4.local_addr().unwrap().port();
+        let v6 = TcpListener::bind(("::1", port)).unwrap();
+        let queued = TcpStream::connect(("127.0.0.1", port)).unwrap();
+        let accepted = TcpStream::connect(("::1", port)).unwrap();
+        let (server, _) = v6.accept().unwrap();
+        for ask in LADDER {
+            let mut reader =
+                InFlightReader::with_ways(port, only(ask.request, ask.filter)).unwrap();
+            let full = eventually(
+                &mut reader,
+                InFlight {
+                    requests: 1,
+                    accept_queue: Some(1),
+                },
+            );
+            assert_eq!(full.accept_queue, Some(1), "{ask:?}");
+            let full_records = reader.records().to_vec();
+            let listeners = reader.sample_listeners().unwrap().to_vec();
+            // Both listeners, with the queue, and nothing else; the full dump stands.
+            assert_eq!(listeners.len(), 2, "{ask:?}: {listeners:#?}");
+            assert!(listeners.iter().all(|l| l.state == TCP_LISTEN), "{ask:?}");
+            assert_eq!(
+                listeners.iter().map(|l| l.rqueue).sum::<u32>(),
+                1,
+                "{ask:?}"
+            );
+            assert_eq!(reader.records(), &full_records[..], "{ask:?}");
+            assert!(full_records.len() > 2, "{ask:?}: {full_records:#?}");
+        }
+        drop((queued, accepted, server));
+    }
+
     fn only(request: Request, filter: bool) -> &'static [Ask] {
         let at = LADDER
             .iter()

@@ -5,6 +5,10 @@
 //! - `cgroup`: finding the cgroup and reading its files
 //! - `ecs`: the task metadata endpoint
 //! - `inflight`: the listen queue and outstanding requests, from sock_diag
+//! - `netstat`: the network namespace's TCP counters
+//! - `saturation`: the listener's backlog, waits and overflows, and their warnings
+//! - `process_tree`: the app's processes, threads, descriptors and resident memory
+//! - `quiet`: when a look at the port can do without the established-socket walk
 //! - `prometheus`: the text exposition of a `Snapshot`
 #![forbid(unsafe_code)]
 
@@ -12,7 +16,10 @@ pub mod cgroup;
 pub mod ecs;
 pub mod inflight;
 pub mod netstat;
+pub mod process_tree;
 pub mod prometheus;
+pub mod quiet;
+pub mod saturation;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -126,6 +133,9 @@ impl Derive {
             requests_in_flight: r.inflight.map(|f| f.requests),
             // 0 while nothing listens yet: the series is there from the first sample.
             accept_queue_length: r.inflight.map(|f| f.accept_queue.unwrap_or(0)),
+            // The listen and process-tree figures are the sampler's to add: they need no
+            // rate or limit chain.
+            ..Default::default()
         }
     }
 }
@@ -209,8 +219,13 @@ async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, boa
     let mut inflight = config.inflight_port.map(InFlightSource::new);
     let mut traffic = Traffic::default();
     let mut derive = Derive::default();
+    let mut app_tree = process_tree::TreeReader::new();
+    let mut listen_watch = saturation::Watch::default();
     let bell = board.sampler_bell.listener();
     let mut next_full = Instant::now();
+    // The namespace's counters as last read; a look at a quiet namespace keeps them
+    // (none of them moves without a segment: metrics/quiet.rs).
+    let mut counters = netstat::TcpCounters::default();
     loop {
         let draining = board.phase() == Phase::Draining && inflight.is_some();
         let now = Instant::now();
@@ -233,18 +248,23 @@ async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, boa
         }
         faults::point("sampler");
         let at = Instant::now();
-        let found = inflight.as_mut().map(InFlightSource::sample);
+        // A drain's hold reads every look: no shortcut then (metrics/quiet.rs).
+        let may_skip = matches!(board.phase(), Phase::Starting | Phase::Running);
+        let found = inflight.as_mut().map(|source| source.sample(may_skip));
         if let (Some(found), Some(source)) = (found, &inflight) {
             // The namespace's counter first, lifeguard's own accepts after: an accept in
             // between makes the look busy, never quiet (Traffic::next).
-            let passive_opens = netstat::read().passive_opens;
+            if !source.skipped() {
+                counters = netstat::read();
+            }
             board.set_traffic(traffic.next(PortLook {
                 at,
                 found: found.map(|f| (f, source.records())),
-                passive_opens,
+                passive_opens: counters.passive_opens,
                 own_accepts: board.counters.endpoint_accepted(),
             }));
         }
+        let looked = at.elapsed();
         if at < next_full {
             continue;
         }
@@ -272,14 +292,58 @@ async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, boa
             }
             None => (None, ecs::TaskLimits::default()),
         };
-        let sample = derive.next(&Reading {
+        let tree_started = Instant::now();
+        let tree = app_tree.read();
+        let tree_took = tree_started.elapsed();
+        let mut sample = derive.next(&Reading {
             at,
             cgroup: &reading,
             task: task_usage,
             task_limits,
             inflight: found.flatten(),
         });
+        sample.app = tree.figures;
+        if let (Some(source), Some(port)) = (&inflight, config.inflight_port) {
+            // The listener as this sample's dump found it (none when it failed).
+            let listener = saturation::listener(source.records());
+            for warning in listen_watch.next(at, port, listener.as_ref(), counters.listen_overflows)
+            {
+                logging::warn(warning, &[]);
+            }
+            sample.listen = saturation::figures(listener.as_ref(), &counters);
+        }
+        for process in &tree.crossed {
+            logging::warn(process_tree::select_warning(process), &[]);
+        }
+        let figure = |n: Option<u64>| n.map_or("none".to_string(), |n| n.to_string());
+        let (in_flight, queue) = (
+            figure(sample.requests_in_flight),
+            figure(sample.accept_queue_length),
+        );
         board.set_sample(sample);
+        if !logging::enabled(logging::Level::Debug) {
+            continue;
+        }
+        // What one sample costs and found, for bench/metrics.py (and anyone wondering,
+        // at -vv).
+        logging::debug(
+            "metrics: sample taken",
+            &[
+                ("in_flight", &in_flight),
+                ("queue", &queue),
+                ("us", &at.elapsed().as_micros()),
+                ("port_us", &looked.as_micros()),
+                (
+                    "port",
+                    &match &inflight {
+                        None => "off",
+                        Some(source) if source.skipped() => "listeners",
+                        Some(_) => "dumped",
+                    },
+                ),
+                ("tree_us", &tree_took.as_micros()),
+            ],
+        );
     }
 }
 
@@ -362,6 +426,10 @@ pub struct InFlightSource {
     port: u16,
     reader: Option<inflight::InFlightReader>,
     failing: bool,
+    /// The last full dump, while the namespace stays quiet (metrics/quiet.rs).
+    quiet: Option<quiet::Baseline>,
+    /// The last look did without the established-socket walk.
+    skipped: bool,
 }
 
 impl InFlightSource {
@@ -370,7 +438,14 @@ impl InFlightSource {
             port,
             reader: None,
             failing: false,
+            quiet: None,
+            skipped: false,
         }
+    }
+
+    /// Whether the last look did without the established-socket walk.
+    pub fn skipped(&self) -> bool {
+        self.skipped
     }
 
     /// The sockets of the last sample (empty when it failed).
@@ -378,8 +453,27 @@ impl InFlightSource {
         self.reader.as_ref().map_or(&[], |r| r.records())
     }
 
-    /// The count now; None when it cannot be read (already said).
-    pub fn sample(&mut self) -> Option<inflight::InFlight> {
+    /// The count now; None when it cannot be read (already said). With `may_skip` (not
+    /// during a drain), a look at a quiet namespace takes the last full dump's figures
+    /// after a dump of the listeners alone (metrics/quiet.rs); `records()` are then
+    /// that dump's too.
+    pub fn sample(&mut self, may_skip: bool) -> Option<inflight::InFlight> {
+        // Read before the dump, so that a segment during it shows as a change next time.
+        let segments = may_skip.then(netstat::segments).flatten();
+        self.skipped = false;
+        if let (Some(base), Some(reader)) = (&self.quiet, &mut self.reader) {
+            if base.quiet(segments) {
+                let still = reader
+                    .sample_listeners()
+                    .ok()
+                    .and_then(|now| base.still(segments, now));
+                if still.is_some() {
+                    self.skipped = true;
+                    return still;
+                }
+            }
+        }
+        self.quiet = None;
         let result = match &mut self.reader {
             Some(reader) => reader.sample(),
             None => inflight::InFlightReader::new(self.port).and_then(|mut reader| {
@@ -393,6 +487,10 @@ impl InFlightSource {
                 if std::mem::take(&mut self.failing) {
                     logging::info("in-flight count readable again", &[("port", &self.port)]);
                 }
+                self.quiet = self
+                    .reader
+                    .as_ref()
+                    .and_then(|r| quiet::Baseline::after_dump(segments, r.records(), found));
                 Some(found)
             }
             Err(err) => {
@@ -722,73 +820,5 @@ mod tests {
         assert_eq!(s.cpu_limit_cores, None);
         assert_eq!(s.memory_oom_kills, None);
         assert!(s.taken.is_some());
-    }
-
-    /// The cost of one sample (the cgroup files plus one sock_diag dump) with 100, 1,000
-    /// and 10,000 TCP sockets open on the host, against parsing /proc/net/tcp{,6}: a
-    /// benchmark, not a test (bench/metrics.sh runs it in a release build).
-    #[test]
-    #[ignore]
-    fn bench_one_sample() {
-        use std::net::{TcpListener, TcpStream};
-        let soft_hard = nix::sys::resource::getrlimit(nix::sys::resource::Resource::RLIMIT_NOFILE)
-            .expect("getrlimit");
-        let _ = nix::sys::resource::setrlimit(
-            nix::sys::resource::Resource::RLIMIT_NOFILE,
-            soft_hard.1,
-            soft_hard.1,
-        );
-        // The app's port: a listener with a few connections, one with a request.
-        let app = TcpListener::bind("127.0.0.1:0").unwrap();
-        let port = app.local_addr().unwrap().port();
-        let mut app_clients: Vec<TcpStream> = (0..4)
-            .map(|_| TcpStream::connect(("127.0.0.1", port)).unwrap())
-            .collect();
-        std::io::Write::write_all(&mut app_clients[0], b"GET / HTTP/1.1\r\n\r\n").unwrap();
-        // Everybody else's sockets: established pairs on another port.
-        let other = TcpListener::bind("127.0.0.1:0").unwrap();
-        let other_addr = other.local_addr().unwrap();
-        let mut held: Vec<TcpStream> = Vec::new();
-        let mut cgroup = cgroup::discover();
-        let mut reader = inflight::InFlightReader::new(port).expect("sock_diag");
-        println!("sockets on the host | sample µs (median of 200) | of which sock_diag | /proc/net/tcp µs");
-        for sockets in [100usize, 1_000, 10_000] {
-            while held.len() < sockets {
-                let client =
-                    TcpStream::connect(other_addr).expect("connect (raise the descriptor limit)");
-                let (server, _) = other.accept().unwrap();
-                held.push(client);
-                held.push(server);
-            }
-            let median = |f: &mut dyn FnMut()| {
-                let mut times: Vec<u128> = (0..200)
-                    .map(|_| {
-                        let t = Instant::now();
-                        f();
-                        t.elapsed().as_nanos()
-                    })
-                    .collect();
-                times.sort();
-                times[times.len() / 2] as f64 / 1000.0
-            };
-            let whole = median(&mut || {
-                std::hint::black_box(cgroup.read());
-                std::hint::black_box(reader.sample().unwrap());
-            });
-            let diag = median(&mut || {
-                std::hint::black_box(reader.sample().unwrap());
-            });
-            let proc_net = median(&mut || {
-                let mut n = 0;
-                for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
-                    let text = std::fs::read_to_string(file).unwrap_or_default();
-                    let needle = format!(":{port:04X} ");
-                    n += text.lines().filter(|l| l.contains(&needle)).count();
-                }
-                std::hint::black_box(n);
-            });
-            println!("{sockets} | {whole:.0} | {diag:.0} | {proc_net:.0}");
-        }
-        assert!(reader.sample().unwrap().requests >= 1);
     }
 }

@@ -48,6 +48,17 @@ pub fn read() -> TcpCounters {
     }
 }
 
+/// The namespace's TCP segments received and sent (`Tcp: InSegs`, `OutSegs`), from
+/// /proc/net/snmp alone: every change to a connection's state, and every connection
+/// made, moves one of them (metrics/quiet.rs).
+pub fn segments() -> Option<(u64, u64)> {
+    let snmp = std::fs::read_to_string("/proc/net/snmp").ok()?;
+    Some((
+        counter(&snmp, "Tcp", "InSegs")?,
+        counter(&snmp, "Tcp", "OutSegs")?,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -57,8 +68,8 @@ mod tests {
         Ip: 1 64 208262\n\
         Icmp: InMsgs InErrors\n\
         Icmp: 40 0\n\
-        Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab\n\
-        Tcp: 1 200 120000 -1 4171 3816 14 191 23\n\
+        Tcp: RtoAlgorithm RtoMin RtoMax MaxConn ActiveOpens PassiveOpens AttemptFails EstabResets CurrEstab InSegs OutSegs\n\
+        Tcp: 1 200 120000 -1 4171 3816 14 191 23 208011 231598\n\
         Udp: InDatagrams NoPorts\n\
         Udp: 1022 5\n";
     const NETSTAT: &str =
@@ -71,6 +82,7 @@ mod tests {
     fn counters_come_from_their_own_table() {
         assert_eq!(counter(SNMP, "Tcp", "PassiveOpens"), Some(3816));
         assert_eq!(counter(SNMP, "Tcp", "ActiveOpens"), Some(4171));
+        assert_eq!(counter(SNMP, "Tcp", "OutSegs"), Some(231598));
         assert_eq!(counter(SNMP, "Udp", "NoPorts"), Some(5));
         assert_eq!(counter(NETSTAT, "TcpExt", "ListenOverflows"), Some(17));
         assert_eq!(counter(NETSTAT, "TcpExt", "ListenDrops"), Some(19));
@@ -86,6 +98,7 @@ mod tests {
     fn this_machine_has_them() {
         let now = read();
         assert!(now.passive_opens.is_some(), "{now:?}");
+        assert!(segments().is_some());
         assert!(
             now.listen_overflows.is_some() && now.listen_drops.is_some(),
             "{now:?}"

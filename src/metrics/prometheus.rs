@@ -132,6 +132,66 @@ const FAMILIES: &[Family] = &[
         read: |s| one(s.sample.accept_queue_length.map(|n| n as f64)),
     },
     Family {
+        name: "lifeguard_listen_backlog",
+        kind: Kind::Gauge,
+        help: "Backlog of the listener on --inflight-port (summed over its listeners): connections its accept queue holds before the kernel drops new ones.",
+        read: |s| one(s.sample.listen.backlog.map(|n| n as f64)),
+    },
+    Family {
+        name: "lifeguard_accept_queue_oldest_seconds",
+        kind: Kind::Gauge,
+        help: "How long the oldest connection in the accept queue of --inflight-port has waited since its handshake; 0 when none waits.",
+        read: |s| one(s.sample.listen.oldest_queued_seconds),
+    },
+    Family {
+        name: "lifeguard_listen_overflows_total",
+        kind: Kind::Counter,
+        help: "Connections dropped because an accept queue was full, in lifeguard's network namespace (TcpExt ListenOverflows).",
+        read: |s| one(s.sample.listen.overflows.map(|n| n as f64)),
+    },
+    Family {
+        name: "lifeguard_listen_drops_total",
+        kind: Kind::Counter,
+        help: "Connections dropped at a listener for any reason, overflows included, in lifeguard's network namespace (TcpExt ListenDrops).",
+        read: |s| one(s.sample.listen.drops.map(|n| n as f64)),
+    },
+    Family {
+        name: "lifeguard_connections_accepted_total",
+        kind: Kind::Counter,
+        help: "TCP connections accepted in lifeguard's network namespace, lifeguard's own endpoint included (Tcp PassiveOpens); one per request means no keep-alive.",
+        read: |s| one(s.sample.listen.passive_opens.map(|n| n as f64)),
+    },
+    Family {
+        name: "lifeguard_app_processes",
+        kind: Kind::Gauge,
+        help: "Processes in the app's tree (lifeguard's descendants), zombies included.",
+        read: |s| one(s.sample.app.processes.map(|n| n as f64)),
+    },
+    Family {
+        name: "lifeguard_app_threads",
+        kind: Kind::Gauge,
+        help: "Threads of the app's processes, summed (Threads in /proc/PID/status).",
+        read: |s| one(s.sample.app.threads.map(|n| n as f64)),
+    },
+    Family {
+        name: "lifeguard_app_open_fds",
+        kind: Kind::Gauge,
+        help: "Open file descriptors of the app's processes, summed.",
+        read: |s| one(s.sample.app.open_fds.map(|n| n as f64)),
+    },
+    Family {
+        name: "lifeguard_app_max_fds",
+        kind: Kind::Gauge,
+        help: "The smallest soft descriptor limit (RLIMIT_NOFILE) among the app's processes: the first any of them can hit.",
+        read: |s| one(s.sample.app.max_fds.map(|n| n as f64)),
+    },
+    Family {
+        name: "lifeguard_app_resident_memory_bytes",
+        kind: Kind::Gauge,
+        help: "Resident memory of the app's processes, summed (VmRSS; pages shared between processes count once per process).",
+        read: |s| one(s.sample.app.resident_bytes.map(|n| n as f64)),
+    },
+    Family {
         name: "lifeguard_task_metadata_failures_total",
         kind: Kind::Counter,
         help: "ECS task metadata fetches that failed (the cgroup stood in).",
@@ -289,6 +349,8 @@ mod tests {
         // Nothing sampled yet: no resource gauges at all, not zeros.
         assert!(!text.contains("lifeguard_cpu"), "{text}");
         assert!(!text.contains("lifeguard_requests_in_flight"), "{text}");
+        assert!(!text.contains("lifeguard_app_"), "{text}");
+        assert!(!text.contains("lifeguard_listen_"), "{text}");
         assert!(text.ends_with('\n'));
     }
 
@@ -307,6 +369,20 @@ mod tests {
             memory_oom_kills: Some(0),
             requests_in_flight: Some(7),
             accept_queue_length: Some(3),
+            listen: crate::board::ListenFigures {
+                backlog: Some(5),
+                oldest_queued_seconds: Some(2.5),
+                overflows: Some(17),
+                drops: Some(19),
+                passive_opens: Some(3816),
+            },
+            app: crate::board::AppFigures {
+                processes: Some(3),
+                threads: Some(205),
+                open_fds: Some(10_012),
+                max_fds: Some(1024),
+                resident_bytes: Some(52_428_800),
+            },
             ..Default::default()
         });
         let text = encode(&board.snapshot());
@@ -321,6 +397,16 @@ mod tests {
             ("lifeguard_memory_oom_kills_total", "counter", "0"),
             ("lifeguard_requests_in_flight", "gauge", "7"),
             ("lifeguard_accept_queue_length", "gauge", "3"),
+            ("lifeguard_listen_backlog", "gauge", "5"),
+            ("lifeguard_accept_queue_oldest_seconds", "gauge", "2.5"),
+            ("lifeguard_listen_overflows_total", "counter", "17"),
+            ("lifeguard_listen_drops_total", "counter", "19"),
+            ("lifeguard_connections_accepted_total", "counter", "3816"),
+            ("lifeguard_app_processes", "gauge", "3"),
+            ("lifeguard_app_threads", "gauge", "205"),
+            ("lifeguard_app_open_fds", "gauge", "10012"),
+            ("lifeguard_app_max_fds", "gauge", "1024"),
+            ("lifeguard_app_resident_memory_bytes", "gauge", "52428800"),
         ] {
             assert!(text.contains(&format!("# HELP {name} ")), "{name}\n{text}");
             assert!(text.contains(&format!("# TYPE {name} {kind}\n")), "{name}");
