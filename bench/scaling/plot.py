@@ -38,10 +38,15 @@ def binned(rows, target, t0, t1, width):
     return xs, rate, p99
 
 
-def steps(points):
-    """(x, y) pairs as a step line, None values left out."""
+def steps(points, hold):
+    """(x, y) pairs for a step line drawn `where="post"`: each datapoint holds from the
+    moment its alarm got it until the next one arrives (the last one for `hold` s).
+    None values left out."""
     xs = [x for x, y in points if y is not None]
     ys = [y for x, y in points if y is not None]
+    if xs:
+        xs.append(xs[-1] + hold)
+        ys.append(ys[-1])
     return xs, ys
 
 
@@ -64,10 +69,14 @@ def draw(cfg, out, summary):
     fig, axes = plt.subplots(5, 1, figsize=(11, 13), sharex=True, gridspec_kw={"height_ratios": [1.1, 0.9, 1.2, 1.0, 1.1]})
     ax_load, ax_lat, ax_inf, ax_cpu, ax_rep = axes
 
-    # Load: the users' demand with instant answers (users / think time), and what each
-    # fleet completed.
+    # Load: the users' demand (users ÷ (think time + the unloaded latency), what they
+    # would send to a fleet that keeps up), and what each fleet completed.
+    unloaded = report.percentile([r[2] for r in rows if r[1] < t_step and r[3] == "200"], 50) or 0.0
     users = [(x_min, cfg["users_low"]), (0, cfg["users_high"]), (t_step_end - t_step, cfg["users_low"]), (x_max, cfg["users_low"])]
-    ax_load.step([u[0] for u in users], [u[1] / cfg["think"] for u in users], where="post", color=COLORS["load"], ls="--", label="demand (users ÷ think time)")
+    ax_load.step(
+        [u[0] for u in users], [u[1] / (cfg["think"] + unloaded) for u in users], where="post", color=COLORS["load"], ls="--",
+        label=f"demand: {cfg['users_low']} → {cfg['users_high']} users ÷ (think {cfg['think']:.0f} s + {unloaded:.2f} s)",
+    )
     for target, color, name in ((report.SERVICE, COLORS["lifeguard"], "completed, real fleet (scaled on lifeguard)"), (report.HELD, COLORS["late60"], "completed, held fleet (never scaled)")):
         xs, rate, p99 = binned(rows, target, start, end, 5)
         ax_load.plot([x + start - t_step for x in xs], rate, color=color, lw=1.2, label=name)
@@ -87,16 +96,16 @@ def draw(cfg, out, summary):
     sig = {s.key: s for s in report.signals(cfg)}
     for key, metric, ax in (("lifeguard", "RequestsInFlight", ax_inf), ("lifeguard", "CpuUtilization", ax_cpu)):
         pts = live if metric == "RequestsInFlight" else live_cpu
-        xs, ys = steps(pts)
-        ax.step(xs, ys, where="pre", color=COLORS["lifeguard"], lw=1.6, label="lifeguard 10 s, live (real fleet)")
+        xs, ys = steps(pts, cfg["period"])
+        ax.step(xs, ys, where="post", color=COLORS["lifeguard"], lw=1.6, label="lifeguard 10 s, live (real fleet)")
         dp = sig["lifeguard"].datapoints(held, metric, t_from, t_to)
-        xs, ys = steps([(rel(a + model.EVAL_DELAY), v) for _, _, a, v in dp])
-        ax.step(xs, ys, where="pre", color=COLORS["held"], lw=1.0, ls=":", label="lifeguard 10 s, held fleet (replayed)")
+        xs, ys = steps([(rel(a + model.EVAL_DELAY), v) for _, _, a, v in dp], sig["lifeguard"].period)
+        ax.step(xs, ys, where="post", color=COLORS["held"], lw=1.0, ls=":", label="lifeguard 10 s, held fleet (replayed)")
     for key, metric, ax in (("cpu20", "CpuUtilization", ax_cpu), ("late60", "RequestsInFlight", ax_inf), ("late60", "CpuUtilization", ax_cpu)):
         dp = sig[key].datapoints(held, metric, t_from, t_to)
-        xs, ys = steps([(rel(a + model.EVAL_DELAY), v) for _, _, a, v in dp])
+        xs, ys = steps([(rel(a + model.EVAL_DELAY), v) for _, _, a, v in dp], sig[key].period)
         label = "AWS 20 s CPU (held fleet, replayed)" if key == "cpu20" else "AWS 1 min, 3 min late (held fleet, replayed)"
-        ax.step(xs, ys, where="pre", color=COLORS[key], lw=1.6, label=label)
+        ax.step(xs, ys, where="post", color=COLORS[key], lw=1.6, label=label)
     ax_inf.axhline(cfg["threshold"], color="black", lw=0.8, ls="--")
     ax_inf.text(x_max, cfg["threshold"], f" high {cfg['threshold']}", va="center", fontsize=8)
     ax_inf.set_ylabel("RequestsInFlight p50\nper task")
@@ -140,7 +149,7 @@ def draw(cfg, out, summary):
         ax.set_xlim(x_min, x_max)
     for key, t in marks:
         if t is not None:
-            ax_load.annotate(f"alarm +{t:.0f} s", (t, ax_load.get_ylim()[1] * 0.95), color=COLORS[key], fontsize=8, rotation=90, va="top", ha="right")
+            ax_rep.annotate(f"alarm +{t:.0f} s ", (t, 0.2), color=COLORS[key], fontsize=8, rotation=90, va="bottom", ha="right")
     title = "Scale-out from a load step: lifeguard's 10 s data against AWS's 20 s CPU and 1-minute metrics"
     if summary["mode"] != "full":
         title = "SMOKE TEST (scaled down, not the benchmark's figures)\n" + title
