@@ -51,8 +51,11 @@ def nearest_rank(points, p=50.0):
     return pts[-1][0]
 
 
-def period_start(t, period):
-    return math.floor(t / period) * period
+def period_start(t, period, offset=0.0):
+    """The start of the period holding t; periods start at k * period + offset (0 on
+    AWS; other offsets replay the same data as if the step had come at another moment
+    against the period boundaries)."""
+    return math.floor((t - offset) / period) * period + offset
 
 
 def raw_points(datum):
@@ -189,11 +192,11 @@ class Signal:
     def __init__(self, key, label, period, lag, metrics):
         self.key, self.label, self.period, self.lag, self.metrics = key, label, period, lag, metrics
 
-    def first_breach(self, series, thresholds, t_from, t_to):
+    def first_breach(self, series, thresholds, t_from, t_to, offset=0.0):
         """Replays the data: the first period ending after t_from whose datapoint
         breaches a high alarm, with when it reaches the alarm (`available`), when the
         alarm fires (`alarm`), and the values. None if none does before t_to."""
-        start = period_start(t_from, self.period)
+        start = period_start(t_from, self.period, offset)
         while start < t_to:
             end = start + self.period
             values = {m: series[m].datapoint(start, self.period) for m in self.metrics}

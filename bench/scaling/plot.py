@@ -83,7 +83,8 @@ def draw(cfg, out, summary):
         xs, rate, p99 = binned(rows, target, start, end, 10)
         ax_lat.plot([x + start - t_step for x, v in zip(xs, p99) if v is not None], [v for v in p99 if v is not None], color=color, lw=1.2, label=name.replace("completed, ", ""))
     ax_load.set_ylabel("requests/s")
-    ax_load.legend(loc="upper right", fontsize=8)
+    ax_load.set_ylim(0, ax_load.get_ylim()[1] * 1.35)
+    ax_load.legend(loc="upper right", fontsize=8, ncol=2)
     ax_lat.set_ylabel("p99 latency (ms)\nper 10 s")
     ax_lat.set_yscale("log")
     ax_lat.legend(loc="upper right", fontsize=8)
@@ -109,12 +110,14 @@ def draw(cfg, out, summary):
     ax_inf.axhline(cfg["threshold"], color="black", lw=0.8, ls="--")
     ax_inf.text(x_max, cfg["threshold"], f" high {cfg['threshold']}", va="center", fontsize=8)
     ax_inf.set_ylabel("RequestsInFlight p50\nper task")
-    ax_inf.legend(loc="upper right", fontsize=8)
+    ax_inf.set_ylim(0, ax_inf.get_ylim()[1] * 1.45)  # room for the legend above the lines
+    ax_inf.legend(loc="upper right", fontsize=8, ncol=2)
     ax_cpu.axhline(cfg["cpu_threshold"], color="black", lw=0.8, ls="--")
     ax_cpu.text(x_max, cfg["cpu_threshold"], f" {cfg['cpu_threshold']:.0f} %", va="center", fontsize=8)
     ax_cpu.set_ylabel("CpuUtilization p50\n(% of the task's limit)")
-    ax_cpu.set_ylim(0, 110)
-    ax_cpu.legend(loc="upper right", fontsize=8)
+    ax_cpu.set_ylim(0, 150)
+    ax_cpu.set_yticks([0, 20, 40, 60, 80, 100])
+    ax_cpu.legend(loc="upper right", fontsize=8, ncol=2)
 
     # Replicas: the real fleet's ready count; for the replayed models, what they would
     # have had (the minimum until their alarm, then the scale-out once the new replicas
@@ -134,8 +137,9 @@ def draw(cfg, out, summary):
         name = "AWS 20 s CPU" if key == "cpu20" else "AWS 1 min, 3 min late"
         ax_rep.plot(xs, ys, color=COLORS[key], lw=1.4, ls="--", label=f"{name}: would have (scale-out only)")
     ax_rep.set_ylabel("replicas")
-    ax_rep.set_ylim(0, cfg["max"] + 1)
-    ax_rep.legend(loc="upper right", fontsize=8)
+    ax_rep.set_ylim(0, cfg["max"] * 1.6)
+    ax_rep.set_yticks(range(0, cfg["max"] + 1))
+    ax_rep.legend(loc="upper right", fontsize=8, ncol=2)
     ax_rep.set_xlabel("seconds from the load step")
 
     # The step, and each signal's alarm.
@@ -149,7 +153,9 @@ def draw(cfg, out, summary):
         ax.set_xlim(x_min, x_max)
     for key, t in marks:
         if t is not None:
-            ax_rep.annotate(f"alarm +{t:.0f} s ", (t, 0.2), color=COLORS[key], fontsize=8, rotation=90, va="bottom", ha="right")
+            # lifeguard's label left of its line, the others right: they may coincide.
+            side = "right" if key == "lifeguard" else "left"
+            ax_rep.annotate(f" alarm +{t:.0f} s ", (t, 0.2), color=COLORS[key], fontsize=8, rotation=90, va="bottom", ha=side)
     title = "Scale-out from a load step: lifeguard's 10 s data against AWS's 20 s CPU and 1-minute metrics"
     if summary["mode"] != "full":
         title = "SMOKE TEST (scaled down, not the benchmark's figures)\n" + title

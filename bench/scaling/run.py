@@ -106,7 +106,10 @@ def main():
     ap.add_argument("--smoke", action="store_true", help="the short, scaled-down version (CI)")
     ap.add_argument("--out", help="output directory (default bench/scaling/results, or results-smoke)")
     ap.add_argument("--lifeguard", default=os.path.join(fleet.ROOT, "target", "release", "lifeguard"))
+    ap.add_argument("--report-only", metavar="DIR", help="rebuild summary, tables and plot from a run's files in DIR")
     a = ap.parse_args()
+    if a.report_only:
+        return report_only(a.report_only)
     cfg = dict(COMMON, **CONFIGS["smoke" if a.smoke else "full"])
     cfg["mode"] = "smoke" if a.smoke else "full"
     out = a.out or os.path.join(HERE, "results-smoke" if a.smoke else "results")
@@ -160,8 +163,8 @@ def main():
             sim.launch(HELD, time.time(), initial=True)
         fleet.wait_for("the first replicas to be ready", lambda: sim.poll_replicas(time.time()) or sim.all_ready(), 60, 0.1)
 
-        # The step lands `step_phase` s into a minute, at least `baseline_min` s from now:
-        # 1-minute periods start on the minute, so this is the best case for them.
+        # The step lands `step_phase` s into a minute, at least `baseline_min` s from now,
+        # so that runs compare (the report replays every other phase as well).
         now = time.time()
         t_step = math.ceil((now + cfg["baseline_min"] - cfg["step_phase"]) / 60.0) * 60.0 + cfg["step_phase"]
         t_step_end = t_step + cfg["step_len"]
@@ -216,6 +219,34 @@ def main():
     if summary["problems"]:
         print("bench/scaling: PROBLEMS:\n  " + "\n  ".join(summary["problems"]), file=sys.stderr)
         sys.exit(1)
+
+
+def report_only(out):
+    """The report again from what a run left (events.jsonl, ticks.csv, requests.csv,
+    datums.json, and summary.json for the settings and times): after changing report.py
+    or plot.py, no need to run the load again."""
+    import types
+
+    import report
+
+    with open(os.path.join(out, "summary.json")) as f:
+        old = json.load(f)
+    with open(os.path.join(out, "events.jsonl")) as f:
+        events = [json.loads(line) for line in f if line.strip()]
+    with open(os.path.join(out, "ticks.csv")) as f:
+        ticks = list(csv.DictReader(f))
+    with open(os.path.join(out, "datums.json")) as f:
+        data = json.load(f)
+    cfg = old["config"]
+    started = events[0]["t"] if events else old["t_step"]
+    sim = types.SimpleNamespace(
+        t_step=old["t_step"], t_step_end=old["t_step_end"], ticks=ticks,
+        log=types.SimpleNamespace(events=events),
+    )
+    summary = report.analyse(cfg, out, sim, data, started - 0.7, started - 0.7 + old["duration_s"])
+    summary["date"] = old["date"]
+    report.write(cfg, out, summary)
+    print(f"bench/scaling: report rebuilt in {out}", flush=True)
 
 
 class Simulation:
@@ -288,7 +319,11 @@ class Simulation:
                 self.log.event(now, "drain", service=SERVICE, replica=r.name)
 
     # ---- the autoscaler ----
-    def evaluate(self, now, boundary):
+    def evaluate(self, now, nominal, boundary):
+        """One evaluation: `now` the wall time (events), `nominal` the evaluation's
+        scheduled time, which the alarms' repeats and the cooldowns count from, as
+        CloudWatch's and Application Auto Scaling's own clocks would (the fetch's few
+        milliseconds must not push a once-a-minute repeat to the next period)."""
         period = self.cfg["period"]
         data = self.emulator.data(NAMESPACE)["data"]
         series = {m: model.Series.from_data(data, SERVICE, m) for m in ("RequestsInFlight", "CpuUtilization")}
@@ -300,11 +335,11 @@ class Simulation:
         latest_low = [h[1] for h in self.history[-low_n:]]
         states_before = {k: a.state for k, a in self.alarms.items()}
         invoked = []
-        if self.alarms["InFlightHigh"].evaluate(now, [inflight]):
+        if self.alarms["InFlightHigh"].evaluate(nominal, [inflight]):
             invoked.append("InFlightHigh")
-        if self.alarms["CpuHigh"].evaluate(now, [cpu]):
+        if self.alarms["CpuHigh"].evaluate(nominal, [cpu]):
             invoked.append("CpuHigh")
-        if self.alarms["InFlightLow"].evaluate(now, latest_low):
+        if self.alarms["InFlightLow"].evaluate(nominal, latest_low):
             invoked.append("InFlightLow")
         for k, a in self.alarms.items():
             if a.state != states_before[k]:
@@ -315,10 +350,10 @@ class Simulation:
         outs = [k for k in invoked if self.alarms[k].policy == "ScaleOut"]
         ins = [k for k in invoked if self.alarms[k].policy == "ScaleIn"]
         if outs:
-            new = self.target.scale_out(now)
+            new = self.target.scale_out(nominal)
             self.log.event(now, "policy", service=SERVICE, policy="ScaleOut", by=",".join(outs), before=before, after=self.target.desired, acted=new is not None)
         elif ins:
-            new = self.target.scale_in(now)
+            new = self.target.scale_in(nominal)
             self.log.event(now, "policy", service=SERVICE, policy="ScaleIn", by=",".join(ins), before=before, after=self.target.desired, acted=new is not None)
         self.reconcile(now)
         ready = sum(1 for r in self.running(SERVICE) if r.ready is not None)
@@ -346,7 +381,7 @@ class Simulation:
             now = time.time()
             self.poll_replicas(now)
             if now >= next_tick:
-                self.evaluate(now, next_tick - model.EVAL_DELAY)
+                self.evaluate(now, next_tick, next_tick - model.EVAL_DELAY)
                 next_tick += period
                 while next_tick < time.time():  # a slow evaluation skips no boundary silently
                     self.log.event(time.time(), "late-evaluation", boundary=next_tick - model.EVAL_DELAY)
