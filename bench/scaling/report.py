@@ -281,6 +281,7 @@ def table(summary):
         f"| during the step: requests, p99 | {req['real_step']['sent']:,}, {req['real_step']['p99_ms']:.0f} ms | {req['held_step']['sent']:,}, {req['held_step']['p99_ms']:.0f} ms |",
         f"| replicas | {c['min']} → {live['max_replicas']} → {c['min']} | {c['held']} |",
         f"| scale-ins and drains (SIGTERM → exit, s) | {len(live['scale_ins'])}: {drain_s}; requests started during them {req['during_drains']['sent']}, failed {req['during_drains']['failed']} | — |",
+        f"| in-flight samples published during the step, of one a second per replica | — | {summary['held_samples_during_step'] * 100:.0f} % |",
     ]
     return "\n".join(lines)
 

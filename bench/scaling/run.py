@@ -126,7 +126,10 @@ def main():
     started = time.time()
     log = Log(os.path.join(out, "events.jsonl"), started)
     print(f"bench/scaling: {cfg['label']}; lifeguard {lifeguard}; output in {out}", flush=True)
-    cgroups = fleet.Cgroups(f"lifeguard-scaling-{os.getpid()}")
+    try:
+        cgroups = fleet.Cgroups(f"lifeguard-scaling-{os.getpid()}")
+    except (OSError, RuntimeError) as e:
+        require(False, f"cannot make CPU-limited cgroups for the replicas: {e}")
     emulator = haproxy = loadgen = None
     replicas = []
     try:
