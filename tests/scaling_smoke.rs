@@ -121,7 +121,12 @@ fn the_scaling_benchmark_scales_out_on_lifeguards_data_first_and_back_in_without
     let summary: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(summary["mode"], "smoke", "{summary}");
-    assert_eq!(summary["problems"].as_array().map(Vec::len), Some(0), "{}", summary["problems"]);
+    assert_eq!(
+        summary["problems"].as_array().map(Vec::len),
+        Some(0),
+        "{}",
+        summary["problems"]
+    );
     let live = &summary["live"];
     let models = &summary["models"];
     let step_len = seconds(&summary["config"]["step_len"], "config.step_len");
@@ -130,7 +135,10 @@ fn the_scaling_benchmark_scales_out_on_lifeguards_data_first_and_back_in_without
     // the alarm, the first new replica ready, in that order and within a few periods.
     let first_datum = seconds(&live["first_datum"], "live.first_datum");
     let alarm = seconds(&live["alarm"], "live.alarm");
-    let ready = seconds(&live["first_new_replica_ready"], "live.first_new_replica_ready");
+    let ready = seconds(
+        &live["first_new_replica_ready"],
+        "live.first_new_replica_ready",
+    );
     assert!(
         0.0 <= first_datum && first_datum <= alarm && alarm <= ready,
         "out of order: datum {first_datum}, alarm {alarm}, ready {ready}"
@@ -195,8 +203,14 @@ fn the_scaling_benchmark_scales_out_on_lifeguards_data_first_and_back_in_without
 
     // The files a person looks at.
     let md = std::fs::read_to_string(out.join("results.md")).unwrap();
-    assert!(md.contains("SMOKE TEST"), "results.md does not say it is the smoke test");
-    assert!(md.contains("| **lifeguard**, live"), "results.md has no table:\n{md}");
+    assert!(
+        md.contains("SMOKE TEST"),
+        "results.md does not say it is the smoke test"
+    );
+    assert!(
+        md.contains("| **lifeguard**, live"),
+        "results.md has no table:\n{md}"
+    );
     let png = std::fs::read(out.join("scaling.png")).unwrap();
     let (w, h) = png_size(&png);
     assert!(
@@ -212,7 +226,10 @@ fn the_scaling_benchmark_scales_out_on_lifeguards_data_first_and_back_in_without
     let rows = std::fs::read_to_string(out.join("requests.csv")).unwrap();
     assert!(rows.starts_with("target,start,latency,status\n"));
     let recorded = rows.lines().count() - 1;
-    assert!(recorded as f64 >= sent, "requests.csv has {recorded} rows, the summary counts {sent}");
+    assert!(
+        recorded as f64 >= sent,
+        "requests.csv has {recorded} rows, the summary counts {sent}"
+    );
     eprintln!("{md}");
     let _ = std::fs::remove_dir_all(&out);
 }
