@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The scaling benchmark's one command: builds lifeguard (release) and the benchmark's
+# virtualenv if needed, then runs bench/scaling/run.py with the arguments given.
+#   sudo bench/scaling/run.sh            # the full run, ~8 minutes, into bench/scaling/results/
+#   sudo bench/scaling/run.sh --smoke    # the scaled-down CI version, ~3 minutes
+#   --lifeguard PATH  run that binary instead of building target/release/lifeguard
+#   --out DIR         write there
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+if [ "$(id -u)" != 0 ]; then
+  echo "bench/scaling/run.sh: needs root (PID namespaces, cgroups); run it with sudo" >&2
+  exit 2
+fi
+
+# Python packages in the benchmark's own virtualenv (pinned; the emulator's are the
+# tests' pins). pip is quick when everything is already there.
+venv="${CARGO_TARGET_DIR:-target}/scaling-venv"
+if [ ! -x "$venv/bin/python3" ]; then
+  python3 -m venv "$venv"
+fi
+"$venv/bin/python3" -m pip install --quiet --disable-pip-version-check -r bench/scaling/requirements.txt
+
+# lifeguard itself, unless a binary is given.
+given=""
+for arg in "$@"; do
+  if [ "$given" = next ]; then given="$arg"; fi
+  case "$arg" in
+    --lifeguard) given=next ;;
+    --lifeguard=*) given="${arg#--lifeguard=}" ;;
+  esac
+done
+if [ -z "$given" ]; then
+  cargo build --release --locked --bin lifeguard
+  set -- --lifeguard "${CARGO_TARGET_DIR:-target}/release/lifeguard" "$@"
+fi
+
+exec "$venv/bin/python3" bench/scaling/run.py "$@"

@@ -1,0 +1,235 @@
+//! The scaling benchmark's smoke test: runs the real command, `bench/scaling/run.sh
+//! --smoke` (scaled down: 1 to 3 replicas, 15 s cooldowns, about 3 minutes), against the
+//! shipped build of lifeguard, and checks that its decisions came in the expected order
+//! and that what it writes exists and makes sense, so the benchmark cannot rot.
+
+mod common;
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// The whole command: the benchmark's virtualenv (pip, the first time), the run itself
+/// (under 4 minutes), the report. Generous for a loaded CI machine.
+const RUN_LIMIT: Duration = Duration::from_secs(15 * 60);
+
+fn seconds(v: &Value, what: &str) -> f64 {
+    v.as_f64()
+        .unwrap_or_else(|| panic!("{what} is missing from summary.json: {v}"))
+}
+
+/// Width and height from a PNG's IHDR chunk.
+fn png_size(bytes: &[u8]) -> (u32, u32) {
+    assert!(
+        bytes.len() > 24 && bytes.starts_with(b"\x89PNG\r\n\x1a\n") && &bytes[12..16] == b"IHDR",
+        "scaling.png is not a PNG"
+    );
+    let be = |at: usize| u32::from_be_bytes(bytes[at..at + 4].try_into().unwrap());
+    (be(16), be(20))
+}
+
+/// Runs the smoke version; returns its output directory. The command's own lines are
+/// echoed as they come (they say what the autoscaler decided and when).
+fn run_smoke(lifeguard: &Path) -> PathBuf {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let out = std::env::temp_dir().join(format!("lifeguard-scaling-smoke-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&out);
+    let mut child = Command::new(root.join("bench/scaling/run.sh"))
+        .arg("--smoke")
+        .arg("--lifeguard")
+        .arg(lifeguard)
+        .arg("--out")
+        .arg(&out)
+        .current_dir(root)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("THIS TEST CANNOT RUN: cannot start bench/scaling/run.sh");
+    let (tx, rx) = mpsc::channel();
+    for stream in [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ] {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+    }
+    drop(tx);
+    let deadline = Instant::now() + RUN_LIMIT;
+    let mut lines = Vec::new();
+    // Both streams closed: the command is over (or has lost its output, which the exit
+    // status then says).
+    loop {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(line) => {
+                eprintln!("scaling: {line}");
+                lines.push(line);
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                // SIGINT first: run.py's cleanup stops the replicas, HAProxy, the
+                // emulator and removes its cgroups; then the hard way.
+                // SAFETY: kill has no memory preconditions.
+                unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+                let _ = rx.recv_timeout(Duration::from_secs(60));
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!(
+                    "bench/scaling/run.sh --smoke did not finish within {RUN_LIMIT:?}; its last lines:\n{}",
+                    lines[lines.len().saturating_sub(30)..].join("\n")
+                );
+            }
+        }
+    }
+    let status = child.wait().unwrap();
+    if status.code() == Some(2) {
+        panic!(
+            "THIS TEST CANNOT RUN: bench/scaling/run.sh said it cannot run:\n{}",
+            lines.join("\n")
+        );
+    }
+    assert!(
+        status.success(),
+        "bench/scaling/run.sh --smoke failed ({status}); its last lines:\n{}",
+        lines[lines.len().saturating_sub(40)..].join("\n")
+    );
+    out
+}
+
+#[test]
+fn the_scaling_benchmark_scales_out_on_lifeguards_data_first_and_back_in_without_failures() {
+    common::require_root();
+    if common::skipped_under_emulation(
+        "the benchmark runs lifeguard as it ships, natively (in-flight counting needs sock_diag)",
+    ) {
+        return;
+    }
+    for tool in ["haproxy", "unshare", "python3"] {
+        common::haproxy::installed(tool);
+    }
+    let lifeguard = common::static_binaries().join("lifeguard");
+    let out = run_smoke(&lifeguard);
+
+    let summary: Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    assert_eq!(summary["mode"], "smoke", "{summary}");
+    assert_eq!(
+        summary["problems"].as_array().map(Vec::len),
+        Some(0),
+        "{}",
+        summary["problems"]
+    );
+    let live = &summary["live"];
+    let models = &summary["models"];
+    let step_len = seconds(&summary["config"]["step_len"], "config.step_len");
+
+    // The real fleet, live: the step, then a datum above the threshold at the emulator,
+    // the alarm, the first new replica ready, in that order and within a few periods.
+    let first_datum = seconds(&live["first_datum"], "live.first_datum");
+    let alarm = seconds(&live["alarm"], "live.alarm");
+    let ready = seconds(
+        &live["first_new_replica_ready"],
+        "live.first_new_replica_ready",
+    );
+    assert!(
+        0.0 <= first_datum && first_datum <= alarm && alarm <= ready,
+        "out of order: datum {first_datum}, alarm {alarm}, ready {ready}"
+    );
+    assert!(
+        alarm <= 45.0,
+        "lifeguard's alarm came {alarm} s after the step: more than four 10 s periods"
+    );
+    assert!(
+        live["scale_out_to"].as_u64() > summary["config"]["min"].as_u64(),
+        "{live}"
+    );
+
+    // The same decision on the held fleet's data through the three signal models:
+    // lifeguard's 10 s data first (its CPU datapoints are never later than the 20 s ones,
+    // and the in-flight ones can only be earlier), the 1-minute data three minutes late
+    // last.
+    let replayed = seconds(&models["lifeguard"]["alarm"], "models.lifeguard.alarm");
+    let cpu20 = seconds(&models["cpu20"]["alarm"], "models.cpu20.alarm");
+    let late60 = seconds(&models["late60"]["alarm"], "models.late60.alarm");
+    assert!(
+        replayed <= cpu20 && cpu20 < late60,
+        "models out of order: lifeguard {replayed}, 20 s CPU {cpu20}, 1 min late {late60}"
+    );
+    assert!(
+        late60 >= 180.0,
+        "the 1-minute model decided {late60} s after the step, before its lag"
+    );
+    assert!(alarm < late60, "live {alarm} vs 1 min late {late60}");
+
+    // Back in, after the load: every scale-in after the step ended, each drain clean,
+    // and nothing failed while a replica drained.
+    let scale_ins = live["scale_ins"].as_array().unwrap();
+    assert!(!scale_ins.is_empty(), "no scale-in: {live}");
+    for s in scale_ins {
+        let at = seconds(&s[0], "a scale-in's time");
+        assert!(
+            at >= step_len,
+            "a scale-in at {at} s, during the {step_len} s step (flapping): {live}"
+        );
+    }
+    let drains = live["drains"].as_array().unwrap();
+    assert_eq!(drains.len(), scale_ins.len(), "{live}");
+    for d in drains {
+        assert_eq!(d[2], 0, "a drained replica's exit: {d}");
+    }
+    assert!(live["settled"].is_number(), "{live}");
+    let requests = &summary["requests"];
+    assert_eq!(
+        requests["during_drains"]["failed"], 0,
+        "requests failed while replicas drained: {requests}"
+    );
+    let (sent, failed) = (
+        seconds(&requests["real"]["sent"], "requests.real.sent"),
+        seconds(&requests["real"]["failed"], "requests.real.failed"),
+    );
+    assert!(sent >= 500.0, "only {sent} requests through the real fleet");
+    assert!(
+        failed <= sent / 100.0,
+        "{failed} of {sent} requests failed on the real fleet: {requests}"
+    );
+
+    // The files a person looks at.
+    let md = std::fs::read_to_string(out.join("results.md")).unwrap();
+    assert!(
+        md.contains("SMOKE TEST"),
+        "results.md does not say it is the smoke test"
+    );
+    assert!(
+        md.contains("| **lifeguard**, live"),
+        "results.md has no table:\n{md}"
+    );
+    let png = std::fs::read(out.join("scaling.png")).unwrap();
+    let (w, h) = png_size(&png);
+    assert!(
+        w >= 800 && h >= 800 && png.len() > 30_000,
+        "scaling.png is {w}x{h}, {} bytes",
+        png.len()
+    );
+    let events = std::fs::read_to_string(out.join("events.jsonl")).unwrap();
+    for line in events.lines() {
+        let e: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(e["t"].is_number() && e["kind"].is_string(), "{line}");
+    }
+    let rows = std::fs::read_to_string(out.join("requests.csv")).unwrap();
+    assert!(rows.starts_with("target,start,latency,status\n"));
+    let recorded = rows.lines().count() - 1;
+    assert!(
+        recorded as f64 >= sent,
+        "requests.csv has {recorded} rows, the summary counts {sent}"
+    );
+    eprintln!("{md}");
+    let _ = std::fs::remove_dir_all(&out);
+}
