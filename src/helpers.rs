@@ -1,7 +1,7 @@
 //! The helper threads — the endpoint, the app check, the sampler, the CloudWatch
 //! publisher — and what keeps their faults their own: each runs on a thread of its own
 //! with a tokio runtime of its own, a panic unwinds that helper alone (the release
-//! build unwinds; README, "Panics"), is logged once and counted
+//! build unwinds; README "Decisions"), is logged once and counted
 //! (`lifeguard_helper_failures_total{helper}`), and the helper is started again in
 //! place after a pause. The supervision thread shares no frame, runtime or lock with
 //! them (ARCHITECTURE.md).

@@ -1,4 +1,4 @@
-//! Drain until quiet (issue #18, README "Drain until quiet"): with `--inflight-port`,
+//! Drain until quiet (issue #18, README "Lifecycle"): with `--inflight-port`,
 //! past the drain delay the stop signal waits until the port is quiet — nothing in
 //! flight and no new request for `--drain-quiet` — up to `--drain-max`. The app here is
 //! the testapp's web server; where it dies on SIGTERM (no handler), whatever is in

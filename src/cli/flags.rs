@@ -1,4 +1,4 @@
-//! The flags and their `LIFEGUARD_*` environment twins, as clap reads them (README "Usage");
+//! The flags and their `LIFEGUARD_*` environment twins, as clap reads them (README "Options");
 //! `cli::parse` turns them into `Settings`.
 #![forbid(unsafe_code)]
 

@@ -1,4 +1,4 @@
-//! The command line (README "Usage"): parsing and validation into `Settings`. The flags and
+//! The command line (README "Options"): parsing and validation into `Settings`. The flags and
 //! their twins are `flags`, the value parsers `values`, the tini and dumb-init
 //! variables `compat`.
 #![forbid(unsafe_code)]
