@@ -155,6 +155,20 @@ impl TestCgroup {
             "sh".into(),
         ]
     }
+
+    /// lifeguard moved into the cgroups, its endpoint on a free port, with `flags`,
+    /// supervising the testapp with `app_args`; started and ready.
+    fn start(&self, flags: &[&str], app_args: &[&str]) -> (Run, u16) {
+        let port = free_port();
+        let listen = listen_flag(port);
+        let wrapper = self.wrapper();
+        let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+        let mut all = vec!["--listen", listen.as_str()];
+        all.extend_from_slice(flags);
+        let run = start_under(Mode::Subreaper, &wrapper, &args(&all, app_args));
+        run.ready();
+        (run, port)
+    }
 }
 
 impl Drop for TestCgroup {
@@ -179,16 +193,7 @@ fn cpu_and_memory_of_a_limited_cgroup_come_out_right() {
     const LIMIT: u64 = 256 << 20;
     const HELD: u64 = 64 << 20;
     let cgroup = TestCgroup::create(50_000, 100_000, LIMIT);
-    let port = free_port();
-    let listen = listen_flag(port);
-    let wrapper = cgroup.wrapper();
-    let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
-    let run = start_under(
-        Mode::Subreaper,
-        &wrapper,
-        &args(&["--listen", &listen], &["--burn", "--hold-mb", "64"]),
-    );
-    run.ready();
+    let (run, port) = cgroup.start(&[], &["--burn", "--hold-mb", "64"]);
     // Tolerances: the quota is enforced per 100 ms period, and this machine's two cores
     // are shared with the rest of the suite, so utilization is taken as the median of
     // three one-second samples and must be within 75-115 % of the 0.5-core limit.
@@ -237,16 +242,7 @@ fn cpu_and_memory_of_a_limited_cgroup_come_out_right() {
 fn a_live_v1_cgroup_is_found_where_it_is_and_read_whole() {
     const LIMIT: u64 = 256 << 20;
     let cgroup = TestCgroup::create(50_000, 100_000, LIMIT);
-    let port = free_port();
-    let listen = listen_flag(port);
-    let wrapper = cgroup.wrapper();
-    let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
-    let run = start_under(
-        Mode::Subreaper,
-        &wrapper,
-        &args(&["-vv", "--listen", &listen], &[]),
-    );
-    run.ready();
+    let (run, port) = cgroup.start(&["-vv"], &[]);
     // Each controller in the test's own cgroup, on its v1 hierarchy.
     let found = run.expect_log("metrics: cgroup controllers");
     for (controller, dir) in &cgroup.controllers {
