@@ -4,8 +4,9 @@
 //! What the supervision thread touches here is atomics, a `try_lock` that never
 //! waits, and two bells (a datagram socket pair each): helpers ring the supervisor's
 //! when it must look (the app check passed), the supervisor rings the sampler's when
-//! the phase changes (a drain wants figures every 100 ms). It also owns the shapes it
-//! holds: the sampler's `Sample` and the publisher's `Outcome`.
+//! the phase changes (a drain wants figures every 100 ms). The shapes it holds are their
+//! writers': the sampler's `Sample` (metrics/sample.rs) and the publisher's `Outcome`
+//! (cloudwatch/outcome.rs).
 #![forbid(unsafe_code)]
 
 use std::io;
@@ -13,14 +14,15 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
 
 use tokio::sync::watch;
 
+use crate::cloudwatch::outcome::Outcome;
 use crate::health::{self, AppCheck, Verdict};
 use crate::helpers::{self, Helper};
 use crate::kernel;
 use crate::lifecycle::{Look, Phase};
+use crate::metrics::sample::Sample;
 use crate::signal_names::{self, Signal};
 
 /// Samples come every second; one older than this is left out of every snapshot.
@@ -87,7 +89,7 @@ pub struct Counters {
     zombies_reaped: AtomicU64,
     /// Task metadata fetches that failed (ECS only: the sampler fell back to the cgroup).
     metadata_failures: AtomicU64,
-    /// PutMetricData calls by outcome (cloudwatch::Outcome::ALL order); None of them
+    /// PutMetricData calls by outcome (`Outcome::ALL` order); None of them
     /// is shown until publishing is on.
     cloudwatch: [AtomicU64; 4],
     cloudwatch_on: AtomicBool,
@@ -345,96 +347,10 @@ impl Counters {
     }
 }
 
-/// Whose CPU and memory a sample describes.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum Scope {
-    /// The cgroup lifeguard and the app run in.
-    #[default]
-    Container,
-    /// The whole ECS task (metadata endpoint).
-    Task,
-}
-
-/// One sample; a gauge that could not be read is `None` and left out of `/metrics`.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct Sample {
-    /// When it was taken; `None` until the first sample.
-    pub taken: Option<Instant>,
-    pub scope: Scope,
-    pub cpu_usage_seconds: Option<f64>,
-    pub cpu_limit_cores: Option<f64>,
-    /// Usage rate over the last interval ÷ the limit; needs two samples.
-    pub cpu_utilization_percent: Option<f64>,
-    pub cpu_throttled_seconds: Option<f64>,
-    pub memory_working_set_bytes: Option<u64>,
-    pub memory_limit_bytes: Option<u64>,
-    pub memory_utilization_percent: Option<f64>,
-    pub memory_oom_kills: Option<u64>,
-    pub requests_in_flight: Option<u64>,
-    pub accept_queue_length: Option<u64>,
-    /// The listener on `--inflight-port` and the network namespace's TCP counters.
-    pub listen: ListenFigures,
-    /// The app's process tree (lifeguard's descendants).
-    pub app: AppFigures,
-}
-
-/// The saturation figures of the port and of its network namespace (with
-/// `--inflight-port`); each `None` when it could not be read.
-#[derive(Clone, Copy, Debug, Default, PartialEq)]
-pub struct ListenFigures {
-    /// The listeners' backlogs, summed (absent while nothing listens).
-    pub backlog: Option<u64>,
-    /// How long the oldest connection in the accept queue has waited since its
-    /// handshake completed; 0 when the queue is empty.
-    pub oldest_queued_seconds: Option<f64>,
-    /// The namespace's `TcpExt: ListenOverflows`, `ListenDrops` and `Tcp: PassiveOpens`.
-    pub overflows: Option<u64>,
-    pub drops: Option<u64>,
-    pub passive_opens: Option<u64>,
-}
-
-/// The app's process tree in one sample; a figure that could not be read whole (a
-/// process it may not read) is `None`, never a partial sum.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct AppFigures {
-    pub processes: Option<u64>,
-    pub threads: Option<u64>,
-    pub open_fds: Option<u64>,
-    /// The smallest soft descriptor limit among the tree's processes.
-    pub max_fds: Option<u64>,
-    pub resident_bytes: Option<u64>,
-}
-
-/// How a call ended, as `lifeguard_cloudwatch_requests_total{result}` counts it.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    Ok,
-    Throttled,
-    Timeout,
-    Error,
-}
-
-impl Outcome {
-    pub const ALL: [Outcome; 4] = [
-        Outcome::Ok,
-        Outcome::Throttled,
-        Outcome::Timeout,
-        Outcome::Error,
-    ];
-
-    pub fn label(self) -> &'static str {
-        match self {
-            Outcome::Ok => "ok",
-            Outcome::Throttled => "throttled",
-            Outcome::Timeout => "timeout",
-            Outcome::Error => "error",
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Instant;
 
     #[test]
     fn a_snapshot_carries_every_writers_field() {

@@ -76,6 +76,8 @@ fn start_sampling_with(
 struct TestCgroup {
     /// (mount point, our directory) per distinct hierarchy.
     dirs: Vec<(PathBuf, PathBuf)>,
+    /// (controller, our directory) for cpu, cpuacct and memory.
+    controllers: Vec<(&'static str, PathBuf)>,
 }
 
 impl TestCgroup {
@@ -123,7 +125,12 @@ impl TestCgroup {
                 dirs.push((mount.clone(), dir));
             }
         }
-        let group = TestCgroup { dirs };
+        let controllers = vec![
+            ("cpu", cpu.join(&name)),
+            ("cpuacct", cpuacct.join(&name)),
+            ("memory", memory.join(&name)),
+        ];
+        let group = TestCgroup { dirs, controllers };
         let write = |mount: &PathBuf, file: &str, value: String| {
             let path = mount.join(&name).join(file);
             std::fs::write(&path, value).unwrap_or_else(|e| panic!("write {path:?}: {e}"));
@@ -147,6 +154,20 @@ impl TestCgroup {
             format!("{moves}exec \"$@\""),
             "sh".into(),
         ]
+    }
+
+    /// lifeguard moved into the cgroups, its endpoint on a free port, with `flags`,
+    /// supervising the testapp with `app_args`; started and ready.
+    fn start(&self, flags: &[&str], app_args: &[&str]) -> (Run, u16) {
+        let port = free_port();
+        let listen = listen_flag(port);
+        let wrapper = self.wrapper();
+        let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+        let mut all = vec!["--listen", listen.as_str()];
+        all.extend_from_slice(flags);
+        let run = start_under(Mode::Subreaper, &wrapper, &args(&all, app_args));
+        run.ready();
+        (run, port)
     }
 }
 
@@ -172,16 +193,7 @@ fn cpu_and_memory_of_a_limited_cgroup_come_out_right() {
     const LIMIT: u64 = 256 << 20;
     const HELD: u64 = 64 << 20;
     let cgroup = TestCgroup::create(50_000, 100_000, LIMIT);
-    let port = free_port();
-    let listen = listen_flag(port);
-    let wrapper = cgroup.wrapper();
-    let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
-    let run = start_under(
-        Mode::Subreaper,
-        &wrapper,
-        &args(&["--listen", &listen], &["--burn", "--hold-mb", "64"]),
-    );
-    run.ready();
+    let (run, port) = cgroup.start(&[], &["--burn", "--hold-mb", "64"]);
     // Tolerances: the quota is enforced per 100 ms period, and this machine's two cores
     // are shared with the rest of the suite, so utilization is taken as the median of
     // three one-second samples and must be within 75-115 % of the 0.5-core limit.
@@ -220,6 +232,44 @@ fn cpu_and_memory_of_a_limited_cgroup_come_out_right() {
     );
     assert!(last["lifeguard_cpu_throttled_seconds_total"] > 0.0);
     assert_eq!(last["lifeguard_memory_oom_kills_total"], 0.0);
+    drop(run);
+}
+
+/// A live v1 cgroup is found where it is, and every figure of it is read from the
+/// kernel's own files: no file unreadable, no gauge missing (the layouts of other
+/// kernels are the unit tests' recorded trees).
+#[test]
+fn a_live_v1_cgroup_is_found_where_it_is_and_read_whole() {
+    const LIMIT: u64 = 256 << 20;
+    let cgroup = TestCgroup::create(50_000, 100_000, LIMIT);
+    let (run, port) = cgroup.start(&["-vv"], &[]);
+    // Each controller in the test's own cgroup, on its v1 hierarchy.
+    let found = run.expect_log("metrics: cgroup controllers");
+    for (controller, dir) in &cgroup.controllers {
+        let want = format!("{controller} v1 {}", dir.display());
+        assert!(found.contains(&want), "{want} in {found}");
+    }
+    let m = scrape_until(port, "a first sample", |m| {
+        m.contains_key("lifeguard_cpu_usage_seconds_total")
+    });
+    // Each unreadable file is warned about before its sample is posted and logged.
+    run.expect_log("metrics: sample taken");
+    let unreadable: Vec<String> = run
+        .stderr()
+        .into_iter()
+        .filter(|l| l.contains("unavailable"))
+        .collect();
+    assert!(unreadable.is_empty(), "{unreadable:#?}");
+    assert_eq!(m["lifeguard_cpu_limit_cores"], 0.5, "{m:?}");
+    assert_eq!(m["lifeguard_memory_limit_bytes"], LIMIT as f64, "{m:?}");
+    for gauge in [
+        "lifeguard_cpu_throttled_seconds_total",
+        "lifeguard_memory_working_set_bytes",
+        "lifeguard_memory_utilization_percent",
+    ] {
+        assert!(m.contains_key(gauge), "{gauge}: {m:?}");
+    }
+    assert_eq!(m["lifeguard_memory_oom_kills_total"], 0.0, "{m:?}");
     drop(run);
 }
 

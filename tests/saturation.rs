@@ -639,7 +639,7 @@ fn descriptors_of_an_app_lifeguard_may_not_list_are_still_counted_or_left_out() 
 
 // ---------------------------------------------------------------------------------------
 // The quiet shortcut: a look at a namespace where no segment moved does without the walk
-// of the established-socket table (metrics/quiet.rs); whatever moves is seen at the next.
+// of the established-socket table (metrics/inflight/quiet.rs); whatever moves is seen at the next.
 
 /// The `sample taken` debug lines of stderr from its `from`th line on.
 fn sample_lines(run: &Run, from: usize) -> Vec<String> {

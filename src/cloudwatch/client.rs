@@ -19,8 +19,9 @@ use aws_sdk_cloudwatch::primitives::DateTime;
 use aws_sdk_cloudwatch::types::{Dimension, MetricDatum, StandardUnit};
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
 
+use super::outcome::Outcome;
 use super::plan::{Datum, Value};
-use super::{Config, Outcome, Put, PutCall};
+use super::{Config, Put, PutCall};
 
 /// How long the instance metadata address may take to answer, per lookup (no retry).
 const IMDS_TIMEOUT: Duration = Duration::from_secs(1);

@@ -4,6 +4,7 @@
 //! - `config`: the `METRICS_*` contract, validated at start
 //! - `plan`: when to publish and what (pure)
 //! - `client`: PutMetricData through the AWS SDK
+//! - `outcome`: how a call ended, as the Board counts it
 //!
 //! It never hurts supervision: it runs on a thread of its own, at most one call is in
 //! flight (a hung endpoint costs late data, never a queue of calls), every call has an
@@ -13,6 +14,7 @@
 
 pub mod client;
 pub mod config;
+pub mod outcome;
 pub mod plan;
 
 use std::future::Future;
@@ -22,10 +24,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::board::Board;
-pub use crate::board::Outcome;
 use crate::helpers::{self, Helper};
 use crate::logging;
-use crate::metrics::Sample;
+use crate::metrics::sample::Sample;
+use outcome::Outcome;
 use plan::{Datum, Plan, Reading};
 
 pub use config::Config;

@@ -2,23 +2,25 @@
 //! the ECS task's), and its in-flight requests, sampled on a thread of its own and
 //! published on the `Board` for `/metrics` and CloudWatch.
 //!
-//! - `cgroup`: finding the cgroup and reading its files
+//! - `sample`: what one sample holds (`Sample`, its scope, the listener's and the app's
+//!   figures)
+//! - `cgroup/`: finding the cgroup and reading its files
 //! - `ecs`: the task metadata endpoint
-//! - `inflight`: the listen queue and outstanding requests, from sock_diag
+//! - `inflight/`: the listen queue and outstanding requests, from sock_diag; when a look
+//!   at the port can do without the established-socket walk
 //! - `netstat`: the network namespace's TCP counters
 //! - `saturation`: the listener's backlog, waits and overflows, and their warnings
 //! - `process_tree`: the app's processes, threads, descriptors and resident memory
-//! - `quiet`: when a look at the port can do without the established-socket walk
 //! - `prometheus`: the text exposition of a `Snapshot`
 #![forbid(unsafe_code)]
 
-pub mod cgroup;
+mod cgroup;
 pub mod ecs;
-pub mod inflight;
+mod inflight;
 pub mod netstat;
 pub mod process_tree;
 pub mod prometheus;
-pub mod quiet;
+pub mod sample;
 pub mod saturation;
 
 use std::collections::HashMap;
@@ -26,11 +28,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::board::Board;
-pub use crate::board::{Sample, Scope};
 use crate::faults;
 use crate::helpers::{self, Helper};
 use crate::lifecycle::{Busy, Look, Phase};
 use crate::logging;
+use inflight::InFlightSource;
+use sample::{Sample, Scope};
 
 /// How often the sampler runs: once a second.
 pub const INTERVAL: Duration = Duration::from_secs(1);
@@ -224,7 +227,7 @@ async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, boa
     let bell = board.sampler_bell.listener();
     let mut next_full = Instant::now();
     // The namespace's counters as last read; a look at a quiet namespace keeps them
-    // (none of them moves without a segment: metrics/quiet.rs).
+    // (none of them moves without a segment: metrics/inflight/quiet.rs).
     let mut counters = netstat::TcpCounters::default();
     loop {
         let draining = board.phase() == Phase::Draining && inflight.is_some();
@@ -248,7 +251,7 @@ async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, boa
         }
         faults::point("sampler");
         let at = Instant::now();
-        // A drain's hold reads every look: no shortcut then (metrics/quiet.rs).
+        // A drain's hold reads every look: no shortcut then (metrics/inflight/quiet.rs).
         let may_skip = matches!(board.phase(), Phase::Starting | Phase::Running);
         let found = inflight.as_mut().map(|source| source.sample(may_skip));
         if let (Some(found), Some(source)) = (found, &inflight) {
@@ -416,93 +419,6 @@ impl Traffic {
             in_flight: Some(found.requests),
             last_busy: self.last_busy,
             busy_by: self.busy_by,
-        }
-    }
-}
-
-/// The in-flight reader, opened at first use and again after a failure; one warning
-/// per outage. The sampler owns the one there is: the hold reads its figures.
-pub struct InFlightSource {
-    port: u16,
-    reader: Option<inflight::InFlightReader>,
-    failing: bool,
-    /// The last full dump, while the namespace stays quiet (metrics/quiet.rs).
-    quiet: Option<quiet::Baseline>,
-    /// The last look did without the established-socket walk.
-    skipped: bool,
-}
-
-impl InFlightSource {
-    pub fn new(port: u16) -> Self {
-        InFlightSource {
-            port,
-            reader: None,
-            failing: false,
-            quiet: None,
-            skipped: false,
-        }
-    }
-
-    /// Whether the last look did without the established-socket walk.
-    pub fn skipped(&self) -> bool {
-        self.skipped
-    }
-
-    /// The sockets of the last sample (empty when it failed).
-    pub fn records(&self) -> &[inflight::SockRecord] {
-        self.reader.as_ref().map_or(&[], |r| r.records())
-    }
-
-    /// The count now; None when it cannot be read (already said). With `may_skip` (not
-    /// during a drain), a look at a quiet namespace takes the last full dump's figures
-    /// after a dump of the listeners alone (metrics/quiet.rs); `records()` are then
-    /// that dump's too.
-    pub fn sample(&mut self, may_skip: bool) -> Option<inflight::InFlight> {
-        // Read before the dump, so that a segment during it shows as a change next time.
-        let segments = may_skip.then(netstat::segments).flatten();
-        self.skipped = false;
-        if let (Some(base), Some(reader)) = (&self.quiet, &mut self.reader) {
-            if base.quiet(segments) {
-                let still = reader
-                    .sample_listeners()
-                    .ok()
-                    .and_then(|now| base.still(segments, now));
-                if still.is_some() {
-                    self.skipped = true;
-                    return still;
-                }
-            }
-        }
-        self.quiet = None;
-        let result = match &mut self.reader {
-            Some(reader) => reader.sample(),
-            None => inflight::InFlightReader::new(self.port).and_then(|mut reader| {
-                let first = reader.sample();
-                self.reader = Some(reader);
-                first
-            }),
-        };
-        match result {
-            Ok(found) => {
-                if std::mem::take(&mut self.failing) {
-                    logging::info("in-flight count readable again", &[("port", &self.port)]);
-                }
-                self.quiet = self
-                    .reader
-                    .as_ref()
-                    .and_then(|r| quiet::Baseline::after_dump(segments, r.records(), found));
-                Some(found)
-            }
-            Err(err) => {
-                if !std::mem::replace(&mut self.failing, true) {
-                    logging::warn(
-                        format!("cannot count in-flight requests: {err}"),
-                        &[("port", &self.port)],
-                    );
-                }
-                self.reader = None;
-                None
-            }
         }
     }
 }

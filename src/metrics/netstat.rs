@@ -50,7 +50,7 @@ pub fn read() -> TcpCounters {
 
 /// The namespace's TCP segments received and sent (`Tcp: InSegs`, `OutSegs`), from
 /// /proc/net/snmp alone: every change to a connection's state, and every connection
-/// made, moves one of them (metrics/quiet.rs).
+/// made, moves one of them (metrics/inflight/quiet.rs).
 pub fn segments() -> Option<(u64, u64)> {
     let snmp = std::fs::read_to_string("/proc/net/snmp").ok()?;
     Some((

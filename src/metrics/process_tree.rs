@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::io;
 use std::time::{Duration, Instant};
 
-use crate::board::AppFigures;
+use super::sample::AppFigures;
 use crate::kernel;
 
 /// `select()` takes descriptors numbered below FD_SETSIZE only; a process holding more

@@ -315,7 +315,7 @@ mod tests {
     use crate::board::Board;
     use crate::health::AppCheck;
     use crate::lifecycle::Phase;
-    use crate::metrics::Sample;
+    use crate::metrics::sample::{AppFigures, ListenFigures, Sample};
     use crate::signal_names::{Signal, TERM};
 
     #[test]
@@ -369,14 +369,14 @@ mod tests {
             memory_oom_kills: Some(0),
             requests_in_flight: Some(7),
             accept_queue_length: Some(3),
-            listen: crate::board::ListenFigures {
+            listen: ListenFigures {
                 backlog: Some(5),
                 oldest_queued_seconds: Some(2.5),
                 overflows: Some(17),
                 drops: Some(19),
                 passive_opens: Some(3816),
             },
-            app: crate::board::AppFigures {
+            app: AppFigures {
                 processes: Some(3),
                 threads: Some(205),
                 open_fds: Some(10_012),

@@ -12,7 +12,7 @@ use netlink_packet_sock_diag::constants::{TCP_CLOSE_WAIT, TCP_ESTABLISHED, TCP_L
 
 use super::inflight::SockRecord;
 use super::netstat::TcpCounters;
-use crate::board::ListenFigures;
+use super::sample::ListenFigures;
 
 /// A backlog below this is warned about: the kernel's own default cap (somaxconn) was
 /// 128 until Linux 5.4, and servers that take it from a library default often have 5

@@ -27,14 +27,14 @@
 
 use netlink_packet_sock_diag::constants::TCP_LISTEN;
 
-use super::inflight::{InFlight, SockRecord};
+use super::count::{InFlight, SockRecord};
 
 /// The namespace's TCP segments received and sent.
-pub type Segments = (u64, u64);
+pub(super) type Segments = (u64, u64);
 
 /// What a full dump found, with the segment counts read just before it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Baseline {
+pub(super) struct Baseline {
     segments: Segments,
     /// Each listener's cookie and backlog, sorted (their queues were empty).
     listeners: Vec<(u64, u32)>,
@@ -59,7 +59,7 @@ impl Baseline {
     /// After a full dump whose segment counts were read just before it: what the next
     /// looks compare with, or None when they must dump again (counts unreadable, or a
     /// connection waits in a queue).
-    pub fn after_dump(
+    pub(super) fn after_dump(
         segments: Option<Segments>,
         records: &[SockRecord],
         found: InFlight,
@@ -72,13 +72,13 @@ impl Baseline {
     }
 
     /// Whether this look needs the listeners at all: only when no segment moved.
-    pub fn quiet(&self, segments: Option<Segments>) -> bool {
+    pub(super) fn quiet(&self, segments: Option<Segments>) -> bool {
         segments == Some(self.segments)
     }
 
     /// The last full dump's figures, when the listeners found now (a dump of them alone)
     /// are those it found.
-    pub fn still(&self, segments: Option<Segments>, now: &[SockRecord]) -> Option<InFlight> {
+    pub(super) fn still(&self, segments: Option<Segments>, now: &[SockRecord]) -> Option<InFlight> {
         (self.quiet(segments) && listeners(now).as_ref() == Some(&self.listeners))
             .then_some(self.found)
     }
