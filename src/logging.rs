@@ -198,7 +198,7 @@ fn writer_thread() -> Sink {
     match spawned {
         Ok(_) => {
             // Until the thread has re-blocked the C library's reserved signals, one of
-            // them would be delivered to it, with its default action (runtime.rs).
+            // them would be delivered to it, with its default action (helpers.rs).
             let _ = blocked.recv();
             Sink::Thread(tx)
         }

@@ -1,6 +1,6 @@
 """The scaling benchmark's figures: what the run measured (the real fleet, live), what
 the three signal models make of the held fleet's data (replayed), and the files that
-show it (summary.json, results.md, scaling.png via plot.py).
+show it (summary.json, results.md; run.py has plot.py draw scaling.png).
 
 Times are seconds from the load step. `problems` lists what makes the run fail (exit 1):
 no scale-out, decisions out of order, a drain that did not end cleanly, a fleet that
@@ -287,9 +287,8 @@ def table(summary):
 
 
 def write(cfg, out, summary):
-    import plot
-
-    plot.draw(cfg, out, summary)
+    """results.md and summary.json (run.py draws scaling.png with plot.py: the plot
+    reads this module, not the other way round)."""
     c = summary["config"]
     md = [
         f"# Scaling benchmark: {summary['label']}",

@@ -214,9 +214,11 @@ def main():
             emulator.stop()
         cgroups.remove_all()
 
+    import plot
     import report
 
     summary = report.analyse(cfg, out, sim, data["data"], started, ended)
+    plot.draw(cfg, out, summary)
     report.write(cfg, out, summary)
     print(f"bench/scaling: done in {ended - started:.0f} s; {out}/results.md, {out}/scaling.png", flush=True)
     if summary["problems"]:
@@ -230,6 +232,7 @@ def report_only(out):
     or plot.py, no need to run the load again."""
     import types
 
+    import plot
     import report
 
     with open(os.path.join(out, "summary.json")) as f:
@@ -248,6 +251,7 @@ def report_only(out):
     )
     summary = report.analyse(cfg, out, sim, data, started - 0.7, started - 0.7 + old["duration_s"])
     summary["date"] = old["date"]
+    plot.draw(cfg, out, summary)
     report.write(cfg, out, summary)
     print(f"bench/scaling: report rebuilt in {out}", flush=True)
 
