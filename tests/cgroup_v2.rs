@@ -10,21 +10,9 @@
 //! this machine cannot give v2, and stay tested on recorded trees (tests/fixtures/cgroup).
 mod common;
 
-use std::collections::HashMap;
 use std::process::Command;
 
 use common::*;
-
-fn scrape(port: u16) -> HashMap<String, f64> {
-    let (_, body) = get(port, "/metrics");
-    body.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .filter_map(|l| {
-            let (key, value) = l.rsplit_once(' ')?;
-            Some((key.to_string(), value.parse().ok()?))
-        })
-        .collect()
-}
 
 /// Runs `script` with `sh` in a new mount namespace (private propagation), as root.
 fn in_mount_namespace(script: &str) -> std::process::Output {

@@ -14,19 +14,6 @@ use std::time::{Duration, Instant};
 use common::ecs::*;
 use common::*;
 
-/// `/metrics` as `name{labels}` → value.
-fn scrape(port: u16) -> HashMap<String, f64> {
-    let (status, body) = get(port, "/metrics");
-    assert_eq!(status, 200, "{body}");
-    body.lines()
-        .filter(|l| !l.starts_with('#') && !l.is_empty())
-        .filter_map(|l| {
-            let (key, value) = l.rsplit_once(' ')?;
-            Some((key.to_string(), value.parse().ok()?))
-        })
-        .collect()
-}
-
 /// Polls `/metrics` until `ok` accepts it; returns that scrape.
 fn scrape_until(
     port: u16,

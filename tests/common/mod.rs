@@ -610,6 +610,19 @@ pub fn wait_for_answer(port: u16, path: &str, status: u16, body: &str) {
     });
 }
 
+/// `/metrics` as `name{labels}` → value (the answer must be 200).
+pub fn scrape(port: u16) -> std::collections::HashMap<String, f64> {
+    let (status, body) = get(port, "/metrics");
+    assert_eq!(status, 200, "{body}");
+    body.lines()
+        .filter(|l| !l.starts_with('#') && !l.is_empty())
+        .filter_map(|l| {
+            let (key, value) = l.rsplit_once(' ')?;
+            Some((key.to_string(), value.parse().ok()?))
+        })
+        .collect()
+}
+
 pub fn listen_flag(port: u16) -> String {
     format!("127.0.0.1:{port}")
 }
