@@ -248,8 +248,8 @@ enum State {
     },
     /// Drain until quiet: the drain delay is over (at `since`) and the stop signal
     /// waits for the port to be quiet, or for `cap_at` (`--drain-max` after the
-    /// SIGTERM). `left` is the latest in-flight count seen; `told` whether the hold was
-    /// announced.
+    /// SIGTERM). `left` is the latest in-flight count seen (the hold is announced with
+    /// the first).
     Holding {
         term_at: Instant,
         since: Instant,
@@ -257,7 +257,6 @@ enum State {
         cap_at: Instant,
         kill_at: Instant,
         left: Option<u64>,
-        told: bool,
     },
     /// Stop signal relayed; waiting for the app. After `killed`, `kill_at` is when
     /// lifeguard gives up waiting for it.
@@ -427,7 +426,6 @@ impl Lifecycle {
                     cap_at: after(term_at, max),
                     kill_at,
                     left: None,
-                    told: false,
                 };
             }
             None => self.end_drain(DrainEnd::Delay, now, actions),
@@ -437,7 +435,12 @@ impl Lifecycle {
     /// The hold's rule: relay at the first look that finds the port quiet — nothing in
     /// flight and no new request for `drain_quiet` — or whose figures cannot be had.
     fn on_traffic(&mut self, look: Option<Look>, now: Instant, actions: &mut Actions) {
-        let State::Holding { since, told, .. } = self.state else {
+        let State::Holding {
+            since,
+            left: seen_before,
+            ..
+        } = self.state
+        else {
             return; // an answer that came after the hold ended
         };
         // Only figures taken during the hold count: an older sample may predate a
@@ -457,7 +460,9 @@ impl Lifecycle {
             self.end_drain(DrainEnd::GaugeFailed, now, actions);
             return;
         };
-        self.set_hold(Some(in_flight), true);
+        if let State::Holding { ref mut left, .. } = self.state {
+            *left = Some(in_flight);
+        }
         let quiet_for = look
             .last_busy
             .map(|busy| look.taken.saturating_duration_since(busy));
@@ -466,20 +471,9 @@ impl Lifecycle {
             self.end_drain(DrainEnd::Quiet { quiet_for }, now, actions);
             return;
         }
-        if !told {
+        if seen_before.is_none() {
+            // The hold's first figures: it is announced once.
             actions.push(Action::HoldBegan { in_flight });
-        }
-    }
-
-    fn set_hold(&mut self, seen: Option<u64>, was_told: bool) {
-        if let State::Holding {
-            ref mut left,
-            ref mut told,
-            ..
-        } = self.state
-        {
-            *left = seen;
-            *told = was_told;
         }
     }
 

@@ -249,14 +249,9 @@ pub fn flush_own(timeout: Duration) {
     let Some(Sink::Quick { out, .. }) = SINK.get() else {
         return;
     };
-    OWN.with(|own| {
-        let Ok(mut own) = own.try_borrow_mut() else {
-            return;
-        };
-        if let Some(queue) = own.as_mut() {
-            while !queue.drain(out) && std::time::Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(2));
-            }
+    with_own(|queue| {
+        while !queue.drain(out) && std::time::Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(2));
         }
     });
 }
@@ -264,25 +259,21 @@ pub fn flush_own(timeout: Duration) {
 /// Writes what the supervision thread's own queue holds and stderr takes now; the loop
 /// calls it every turn.
 pub fn pump() {
-    let Some(Sink::Quick { out, .. }) = SINK.get() else {
-        return;
-    };
-    OWN.with(|own| {
-        if let Ok(mut own) = own.try_borrow_mut() {
-            if let Some(queue) = own.as_mut() {
-                queue.drain(out);
-            }
-        }
-    });
+    if let Some(Sink::Quick { out, .. }) = SINK.get() {
+        with_own(|queue| queue.drain(out));
+    }
 }
 
 /// Whether lines wait in this thread's own queue (the loop then wakes soon to write
 /// them).
 pub fn pending() -> bool {
-    OWN.with(|own| {
-        own.try_borrow()
-            .is_ok_and(|own| own.as_ref().is_some_and(|q| !q.lines.is_empty()))
-    })
+    with_own(|queue| !queue.lines.is_empty()).unwrap_or(false)
+}
+
+/// Runs `f` on this thread's own queue: None on a thread without one, or inside a log
+/// line already using it (a Display that logs).
+fn with_own<R>(f: impl FnOnce(&mut Queue) -> R) -> Option<R> {
+    OWN.with(|own| own.try_borrow_mut().ok()?.as_mut().map(f))
 }
 
 trait SendTimeout {
@@ -347,7 +338,7 @@ pub fn error_now(msg: impl Display) {
     let line = text_or_json_line(Level::Error, &msg, &[]);
     match SINK.get() {
         Some(Sink::Quick { out, shared }) => {
-            if let Some(line) = own_push(line, out) {
+            if let Some(line) = own_push(line) {
                 match shared.try_lock() {
                     Ok(mut queue) => queue.push(line, out),
                     Err(_) => write_stderr(&line),
@@ -365,18 +356,10 @@ pub fn error_now(msg: impl Display) {
 /// gives it back otherwise. The supervision thread's lines are written by `pump`, at
 /// the end of each turn of its loop: a signal is relayed before the lines that tell of
 /// it are written (a write to a pipe can wake its reader onto the CPU the relay needs).
-fn own_push(line: String, _out: &QuickStderr) -> Option<String> {
-    OWN.with(|own| match own.try_borrow_mut() {
-        Ok(mut own) => match own.as_mut() {
-            Some(queue) => {
-                queue.enqueue(line);
-                None
-            }
-            None => Some(line),
-        },
-        // Only a log line inside a log line (a Display that logs) gets here.
-        Err(_) => Some(line),
-    })
+fn own_push(line: String) -> Option<String> {
+    let mut line = Some(line);
+    with_own(|queue| line.take().map(|line| queue.enqueue(line)));
+    line
 }
 
 pub fn log(level: Level, msg: impl Display, fields: &[Field]) {
@@ -390,7 +373,7 @@ pub fn log(level: Level, msg: impl Display, fields: &[Field]) {
     let line = text_or_json_line(level, &msg, fields);
     match sink {
         Some(Sink::Quick { out, shared }) => {
-            if let Some(line) = own_push(line, out) {
+            if let Some(line) = own_push(line) {
                 let mut queue = shared
                     .lock()
                     .unwrap_or_else(std::sync::PoisonError::into_inner);

@@ -201,6 +201,17 @@ class Replica:
                 pass
 
 
+def stop_server(proc, log):
+    """Stops a helper server (HAProxy, the emulator): SIGTERM, SIGKILL after 5 s."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    log.close()
+
+
 class HAProxy:
     """HAProxy on 127.0.0.1 with one frontend and backend per service and a slot per
     possible replica, declared in maintenance. A slot is enabled (runtime API) once its
@@ -280,13 +291,7 @@ class HAProxy:
         replica.enabled = False
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.log.close()
+        stop_server(self.proc, self.log)
 
 
 class Emulator:
@@ -316,10 +321,4 @@ class Emulator:
             return json.load(r)
 
     def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        self.log.close()
+        stop_server(self.proc, self.log)

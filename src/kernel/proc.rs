@@ -48,6 +48,17 @@ pub enum ProcView {
     Blind,
 }
 
+impl ProcView {
+    /// lifeguard's own pid in this /proc, where a walk of its descendants starts.
+    fn own_entry(self) -> Option<i32> {
+        match self {
+            ProcView::Own => Some(own_pid()),
+            ProcView::Outer { self_pid, .. } => Some(self_pid),
+            ProcView::Blind => None,
+        }
+    }
+}
+
 /// Decided once, on first use (nothing at start-up pays for it).
 pub fn proc_view() -> ProcView {
     static VIEW: std::sync::OnceLock<ProcView> = std::sync::OnceLock::new();
@@ -92,12 +103,15 @@ fn ns_ids(status: &str, field: &str) -> Option<Vec<i32>> {
 /// reaches the namespace). Falls back to a full /proc scan on kernels built without
 /// child lists (CONFIG_PROC_CHILDREN), and only with lifeguard's own /proc.
 pub fn descendants() -> Vec<Descendant> {
-    let (start, depth) = match proc_view() {
-        ProcView::Own => (own_pid(), None),
-        ProcView::Outer { self_pid, depth } => (self_pid, Some(depth)),
-        ProcView::Blind => return Vec::new(),
+    let view = proc_view();
+    let Some(start) = view.own_entry() else {
+        return Vec::new();
     };
-    let Some(mut frontier) = children_of(start) else {
+    let depth = match view {
+        ProcView::Outer { depth, .. } => Some(depth),
+        _ => None,
+    };
+    let Some(mut frontier) = children_leader_last(start) else {
         return match depth {
             None => descendants_by_scan(start),
             Some(_) => Vec::new(),
@@ -129,24 +143,9 @@ pub fn descendants() -> Vec<Descendant> {
             pgid,
             proc_pid,
         });
-        frontier.extend(children_of(proc_pid).unwrap_or_default());
+        frontier.extend(children_leader_last(proc_pid).unwrap_or_default());
     }
     found
-}
-
-/// Children of every thread of `pid`: orphans re-parented to a subreaper may hang on any
-/// of its threads. None when the kernel has no child lists.
-fn children_of(pid: i32) -> Option<Vec<i32>> {
-    let tasks = procfs::process::Process::new(pid).ok()?.tasks().ok()?;
-    let mut out = Vec::new();
-    for task in tasks.flatten() {
-        match task.children() {
-            Ok(children) => out.extend(children.into_iter().map(|c| c as i32)),
-            Err(procfs::ProcError::NotFound(_)) if task.tid == pid => return None,
-            Err(_) => {}
-        }
-    }
-    Some(out)
 }
 
 /// The /proc pids of lifeguard's descendants (zombies included), for the sampler's
@@ -160,11 +159,7 @@ fn children_of(pid: i32) -> Option<Vec<i32>> {
 /// process that exits hands them to lifeguard (the subreaper, or PID 1): lifeguard's
 /// own list is read again at the end, and what is new there is walked too.
 pub fn descendant_proc_pids() -> Option<Vec<i32>> {
-    let start = match proc_view() {
-        ProcView::Own => own_pid(),
-        ProcView::Outer { self_pid, .. } => self_pid,
-        ProcView::Blind => return None,
-    };
+    let start = proc_view().own_entry()?;
     let Some(mut frontier) = children_leader_last(start) else {
         // A kernel without child lists: only a scan of lifeguard's own /proc can tell.
         return (proc_view() == ProcView::Own).then(|| {
@@ -199,11 +194,7 @@ pub fn descendant_proc_pids() -> Option<Vec<i32>> {
 /// kernel hands orphans to a subreaper's first live thread, which is its leader while
 /// lifeguard runs.
 pub fn own_children() -> Option<Vec<i32>> {
-    let start = match proc_view() {
-        ProcView::Own => own_pid(),
-        ProcView::Outer { self_pid, .. } => self_pid,
-        ProcView::Blind => return None,
-    };
+    let start = proc_view().own_entry()?;
     let text = std::fs::read_to_string(format!("/proc/{start}/task/{start}/children")).ok()?;
     let mut children: Vec<i32> = text
         .split_whitespace()
