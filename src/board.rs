@@ -39,6 +39,11 @@ pub struct Board {
     traffic: Mutex<Option<Look>>,
     /// Seconds from the last drain's SIGTERM to its end (f64 bits; NaN: none yet).
     drain_seconds: AtomicU64,
+    /// Set by supervision just before it takes a pending SIGTERM out of the kernel's
+    /// queue, so that `/readyz` says draining from the instant the signal arrives: once
+    /// taken it is no longer pending, and the phase is published only after the turn
+    /// that handles it (a CI run caught the gap, with the main thread preempted there).
+    term_taken: AtomicBool,
     pub counters: Counters,
     /// Rung by helpers when supervision must look at the board.
     pub supervisor_bell: Bell,
@@ -148,6 +153,7 @@ impl Board {
             sample: watch::Sender::new(Arc::new(Sample::default())),
             traffic: Mutex::new(None),
             drain_seconds: AtomicU64::new(f64::NAN.to_bits()),
+            term_taken: AtomicBool::new(false),
             counters: Counters {
                 forwarded: std::array::from_fn(|_| AtomicU64::new(0)),
                 zombies_reaped: AtomicU64::new(0),
@@ -174,7 +180,7 @@ impl Board {
         let drain = f64::from_bits(self.drain_seconds.load(Ordering::Relaxed));
         Snapshot {
             phase,
-            term_pending: term_pending(phase),
+            term_pending: self.term_pending(phase),
             check: self.check(),
             forwarded: self.counters.forwarded(),
             zombies_reaped: self.counters.zombies_reaped.load(Ordering::Relaxed),
@@ -191,7 +197,22 @@ impl Board {
     /// often than `/metrics`).
     pub fn readiness(&self) -> Verdict {
         let phase = self.phase();
-        health::readiness(phase, &self.check(), term_pending(phase))
+        health::readiness(phase, &self.check(), self.term_pending(phase))
+    }
+
+    /// A SIGTERM has arrived that the loop has not handled yet (only before the drain
+    /// matters). The kernel's pending set is read before the flag: supervision sets the
+    /// flag before it takes the signal, so a SIGTERM no longer pending has set it.
+    fn term_pending(&self, phase: Phase) -> bool {
+        matches!(phase, Phase::Starting | Phase::Running)
+            && (kernel::signal_pending(signal_names::TERM)
+                || self.term_taken.load(Ordering::SeqCst))
+    }
+
+    /// The supervisor's field: it is about to take the pending signals, a SIGTERM among
+    /// them (see `term_taken`).
+    pub fn set_term_taken(&self) {
+        self.term_taken.store(true, Ordering::SeqCst);
     }
 
     pub fn phase(&self) -> Phase {
@@ -266,11 +287,6 @@ impl Board {
             Err(std::sync::TryLockError::WouldBlock) => Err(()),
         }
     }
-}
-
-/// A SIGTERM has arrived that the loop has not read yet (only before the drain matters).
-fn term_pending(phase: Phase) -> bool {
-    matches!(phase, Phase::Starting | Phase::Running) && kernel::signal_pending(signal_names::TERM)
 }
 
 impl Counters {

@@ -3,10 +3,13 @@
 //! hang at a named point, to prove that no helper can take PID 1 down or slow it down.
 //! Without the feature every point compiles to nothing.
 //!
-//! `LIFEGUARD_FAULT=point[:N|:hang],...`: panic at `point` every time, the first N
-//! times, or hang there for good. The points: `endpoint-request` (answering a request),
-//! `endpoint-accept` (the accept loop), `app-check`, `sampler`, `cloudwatch-publish`,
-//! `log-locked` (a helper's log line, inside the logging lock).
+//! `LIFEGUARD_FAULT=point[:N|:hang|:pause=MS],...`: panic at `point` every time, the
+//! first N times, hang there for good, or stall there MS milliseconds each time. The
+//! points: `endpoint-request` (answering a request), `endpoint-accept` (the accept
+//! loop), `app-check`, `sampler`, `cloudwatch-publish`, `log-locked` (a helper's log
+//! line, inside the logging lock), and one on the supervision thread itself,
+//! `signals-taken` (signals just read, not yet handled: the instant a preempted main
+//! thread would stretch), for `pause` only.
 #![forbid(unsafe_code)]
 
 /// Marks a place where a test may inject a fault.
@@ -24,6 +27,7 @@ pub fn point(name: &str) {
         Times::Hang => loop {
             std::thread::park();
         },
+        Times::Pause(ms) => std::thread::sleep(std::time::Duration::from_millis(ms)),
         Times::Always => panic!("injected fault at {name}"),
         Times::First(ref left) => {
             if left
@@ -41,6 +45,7 @@ enum Times {
     Always,
     First(std::sync::atomic::AtomicU32),
     Hang,
+    Pause(u64),
 }
 
 #[cfg(feature = "fault-injection")]
@@ -60,6 +65,10 @@ fn armed() -> &'static [Fault] {
                 let (point, times) = match entry.split_once(':') {
                     None => (entry, Times::Always),
                     Some((point, "hang")) => (point, Times::Hang),
+                    Some((point, pause)) if pause.starts_with("pause=") => (
+                        point,
+                        Times::Pause(pause["pause=".len()..].parse().unwrap_or(100)),
+                    ),
                     Some((point, n)) => (
                         point,
                         Times::First(std::sync::atomic::AtomicU32::new(n.parse().unwrap_or(1))),

@@ -55,6 +55,7 @@ impl Supervisor {
         let mut received = Vec::with_capacity(64);
         self.senders.reserve(64);
         let mut ready_seen = false;
+        let mut term_taken = false;
         loop {
             // Signals read in the last turn go first, before anything is reaped: one that
             // came just before the app's exit is the running app's (its group, its pid),
@@ -100,10 +101,20 @@ impl Supervisor {
                 self.board.supervisor_bell.clear();
             }
             if woke.signals {
+                // A SIGTERM about to leave the kernel's queue keeps /readyz at draining
+                // until the phase that follows it is published (Board::term_taken).
+                if !term_taken
+                    && matches!(self.lifecycle.phase(), Phase::Starting | Phase::Running)
+                    && kernel::signal_pending(signal_names::TERM)
+                {
+                    term_taken = true;
+                    self.board.set_term_taken();
+                }
                 // take_all reads until EAGAIN, so the inbox is drained either way.
                 if let Err(err) = inbox.take_all(&mut received) {
                     logging::error(format!("reading signals: {err}"), &[]);
                 }
+                crate::faults::point("signals-taken");
                 self.received(received.drain(..), &mut events);
             }
             if self

@@ -234,6 +234,43 @@ fn a_helper_that_panics_holding_the_logging_lock_never_stalls_supervision() {
 }
 
 #[test]
+fn readiness_turns_draining_while_supervision_has_yet_to_handle_the_sigterm() {
+    // The supervision thread stalls 700 ms right after it has taken the signals out of
+    // the kernel's queue (what a preempted main thread on a busy machine does): the
+    // SIGTERM is no longer pending and the phase not yet published, and /readyz must
+    // already say draining (a CI run once caught it answering ready there).
+    let port = free_port();
+    let mut run = start_faulty(
+        "signals-taken:pause=700",
+        &["--listen", &listen_flag(port)],
+        &[],
+    );
+    wait_until("/readyz to say ready", || {
+        (get(port, "/readyz") == (200, "ready".into())).then_some(())
+    });
+    let sent = Instant::now();
+    run.signal(libc::SIGTERM);
+    // From the kill(2) on, every answer is draining: before the loop wakes (the signal
+    // pending), and through the stall (taken, the phase not yet published). Asked over
+    // and over for 600 ms, well inside the stall.
+    let mut answers = 0;
+    while sent.elapsed() < Duration::from_millis(600) {
+        let answer = get(port, "/readyz");
+        assert_eq!(
+            answer,
+            (503, "draining".into()),
+            "answer {answers}, {:?} after the SIGTERM\n{}",
+            sent.elapsed(),
+            run.transcript()
+        );
+        answers += 1;
+    }
+    assert!(answers >= 5, "only {answers} answers in 600 ms");
+    run.expect_line("signal TERM");
+    assert_eq!(run.wait_exit(), 137, "{}", run.transcript());
+}
+
+#[test]
 fn a_panicking_publisher_leaves_supervision_running() {
     let emulator = Emulator::start();
     let env = [
