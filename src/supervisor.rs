@@ -55,7 +55,6 @@ impl Supervisor {
         let mut received = Vec::with_capacity(64);
         self.senders.reserve(64);
         let mut ready_seen = false;
-        let mut term_taken = false;
         loop {
             // Signals read in the last turn go first, before anything is reaped: one that
             // came just before the app's exit is the running app's (its group, its pid),
@@ -102,12 +101,11 @@ impl Supervisor {
             }
             if woke.signals {
                 // A SIGTERM about to leave the kernel's queue keeps /readyz at draining
-                // until the phase that follows it is published (Board::term_taken).
-                if !term_taken
-                    && matches!(self.lifecycle.phase(), Phase::Starting | Phase::Running)
+                // until the phase that follows it is published (Board::term_taken). Once
+                // it is handled the phase is past Running, so this asks the kernel no more.
+                if matches!(self.lifecycle.phase(), Phase::Starting | Phase::Running)
                     && kernel::signal_pending(signal_names::TERM)
                 {
-                    term_taken = true;
                     self.board.set_term_taken();
                 }
                 // take_all reads until EAGAIN, so the inbox is drained either way.
