@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""CloudWatch publishing, measured (issue #7): the time from an in-flight sample crossing
+"""CloudWatch publishing, measured: the time from an in-flight sample crossing
 METRICS_BURST_THRESHOLD to the PutMetricData reaching the endpoint, and lifeguard's own
 CPU and idle memory with publishing on, beside the same lifeguard with it off.
 

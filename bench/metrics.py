@@ -13,11 +13,18 @@
    Beside it, one read of /proc/net/tcp and tcp6 (Python).
 2. Each init's own CPU over the same window (default 300 s), summed over its threads
    (schedstat, ns): lifeguard as a plain child with its endpoint and --inflight-port
-   supervising `sleep` (the row measured before issue #19), and as PID 1 of its own
+   supervising `sleep` (the row measured before the saturation figures were added), and as PID 1 of its own
    namespaces supervising `sleep` and the 10,000-descriptor, 200-thread app, quiet and
    chatty; the peers supervising `sleep`. All run at once, so they share the machine's
    noise. `--baseline PATH` adds lifeguard's rows for another binary (an older build).
-3. Idle RssAnon and Pss of each, median of 3 readings.
+   lifeguard's CPU is its PID 1's and its helper process's (`lifeguard-helper`, where
+   the build has one) together.
+3. Idle RssAnon and Pss of each, median of 3 readings (PID 1's; the helper's beside it).
+4. A drain's looks (one every 100 ms), lifeguard's CPU over --drain-seconds of a drain
+   held open by the app's own traffic (a byte every 200 ms), with the app alone in its
+   network namespace and beside a sidecar that accepts a connection every 100 ms (where
+   each look also reads the whole namespace's sockets, to tell the sidecar's new
+   connections from the app's). `--baseline` adds the older build's rows.
 
 As root; standard library only. `--seconds N` shortens the CPU window (a smoke test).
 Writes a markdown table to bench/metrics-results.md and prints it.
@@ -64,6 +71,43 @@ for _ in range(threads - 2 if chatty else threads - 1):
     threading.Thread(target=stop.wait, daemon=True).start()
 if chatty:
     threading.Thread(target=chat, daemon=True).start()
+print("ready", flush=True)
+time.sleep(10**7)
+'''
+
+
+# Part 4's app: a byte every 200 ms on its own connection (the drain never turns
+# quiet), and with "sidecar", another listener in the namespace that accepts a
+# connection every 100 ms and closes it first.
+DRAIN_APP = r'''
+import socket, sys, threading, time
+port, sidecar = int(sys.argv[1]), sys.argv[2] == "sidecar"
+listener = socket.socket()
+listener.bind(("127.0.0.1", port))
+listener.listen(128)
+client = socket.create_connection(("127.0.0.1", port))
+served = listener.accept()[0]
+def chat():
+    while True:
+        client.sendall(b"x")
+        served.recv(1)
+        time.sleep(0.2)
+threading.Thread(target=chat, daemon=True).start()
+if sidecar:
+    side = socket.socket()
+    side.bind(("127.0.0.1", 9000))
+    side.listen(128)
+    def accept():
+        while True:
+            side.accept()[0].close()
+    def connect():
+        while True:
+            c = socket.create_connection(("127.0.0.1", 9000))
+            c.recv(1)
+            c.close()
+            time.sleep(0.1)
+    threading.Thread(target=accept, daemon=True).start()
+    threading.Thread(target=connect, daemon=True).start()
 print("ready", flush=True)
 time.sleep(10**7)
 '''
@@ -216,15 +260,70 @@ def sample_cost(env, lg, wanted):
     return rows
 
 
-def cpu_ns(pid):
+def helper_pids(pid):
+    """lifeguard's helper process, where the build has one: a child named
+    `lifeguard-helpe` (the kernel keeps 15 characters of a name)."""
+    found = []
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/children") as f:
+                for child in f.read().split():
+                    try:
+                        with open(f"/proc/{child}/comm") as c:
+                            if c.read().strip() == "lifeguard-helpe":
+                                found.append(int(child))
+                    except OSError:
+                        pass
+    except OSError:
+        pass
+    return found
+
+
+def thread_cpu_ns(pid):
     total = 0
-    for tid in os.listdir(f"/proc/{pid}/task"):
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for tid in tids:
         try:
             with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
                 total += int(f.read().split()[0])
         except OSError:
             pass
     return total
+
+
+def cpu_ns(pid):
+    """An init's CPU, all its threads; lifeguard's with its helper process's."""
+    return thread_cpu_ns(pid) + sum(thread_cpu_ns(h) for h in helper_pids(pid))
+
+
+def drain_cost(env, lifeguards, seconds):
+    """Part 4: rows of (build, namespace, CPU ms per second of the drain)."""
+    rows = []
+    for label, lg in lifeguards:
+        for sidecar in (False, True):
+            argv = in_container([lg, "--listen", "127.0.0.1:9595", "--inflight-port",
+                                 str(APP_PORT), "--drain-delay", f"{seconds + 30}s",
+                                 "--grace", f"{seconds + 60}s", "--"]
+                                + ["python3", "-c", DRAIN_APP, str(APP_PORT),
+                                   "sidecar" if sidecar else "alone"])
+            p = env.start(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+            if p.stdout.readline().strip() != "ready":
+                sys.exit("bench/metrics.py: the drain app did not start")
+            pid = lifeguard_pid(p, True)
+            time.sleep(5)  # past the quiet start; the helper is up
+            os.kill(pid, signal.SIGTERM)
+            time.sleep(2)  # the drain's looks are under way
+            first, t0 = cpu_ns(pid), time.monotonic()
+            time.sleep(seconds)
+            ms = (cpu_ns(pid) - first) / 1e6 / (time.monotonic() - t0)
+            env.stop(p)
+            rows.append((label or "this build",
+                         "beside a sidecar (a new connection every 100 ms)" if sidecar
+                         else "the app alone", f"{ms:.2f}"))
+    return rows
 
 
 def status_kb(pid, field):
@@ -285,6 +384,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=300)
     ap.add_argument("--samples", type=int, default=20)
+    ap.add_argument("--drain-seconds", type=int, default=20)
     ap.add_argument("--lifeguard", help="the binary to measure (default: build it)")
     ap.add_argument("--baseline", help="another lifeguard binary, for its CPU rows")
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "metrics-results.md"))
@@ -306,13 +406,17 @@ def main():
         memory = {}
         for _ in range(3):
             for name, _, pid in started:
-                memory.setdefault(name, []).append((status_kb(pid, "RssAnon"), pss_kb(pid)))
+                helper = sum(status_kb(h, "RssAnon") or 0 for h in helper_pids(pid))
+                memory.setdefault(name, []).append((status_kb(pid, "RssAnon"), pss_kb(pid), helper))
             time.sleep(1)
         first = {name: cpu_ns(pid) for name, _, pid in started}
         t0 = time.monotonic()
         time.sleep(args.seconds)
         elapsed = time.monotonic() - t0
         last = {name: cpu_ns(pid) for name, _, pid in started}
+        for _, p, _ in started:
+            env.stop(p)
+        drains = drain_cost(env, lifeguards, args.drain_seconds)
     finally:
         env.close()
     lines = [
@@ -336,16 +440,29 @@ def main():
         "",
         "## Own CPU and idle memory",
         "",
-        "| init | CPU ms over the window | % of one core | RssAnon kB | Pss kB |",
+        "| init | CPU ms over the window | % of one core | RssAnon kB (PID 1 + helper) | Pss kB (PID 1) |",
         "|---|---|---|---|---|",
     ]
     for name, _, _ in started:
         ms = (last[name] - first[name]) / 1e6
         rss = statistics.median(m[0] for m in memory[name] if m[0] is not None)
         pss = statistics.median(m[1] for m in memory[name] if m[1] is not None)
-        lines.append(f"| {name} | {ms:.1f} | {ms / 10 / elapsed:.4f} | {rss:.0f} | {pss:.0f} |")
-    lines += ["", "CPU from /proc/PID/task/*/schedstat (nanoseconds on the CPU), all threads.",
-              ""]
+        helper = statistics.median(m[2] for m in memory[name])
+        rss_text = f"{rss:.0f} + {helper:.0f}" if helper else f"{rss:.0f}"
+        lines.append(f"| {name} | {ms:.1f} | {ms / 10 / elapsed:.4f} | {rss_text} | {pss:.0f} |")
+    lines += ["", "CPU from /proc/PID/task/*/schedstat (nanoseconds on the CPU), all threads, "
+              "lifeguard's with its helper process's.",
+              "",
+              f"## A drain's looks: lifeguard's CPU over {args.drain_seconds} s of a drain",
+              "",
+              "The app's own connection carries a byte every 200 ms, so the drain never turns "
+              "quiet and every look (one every 100 ms) dumps the port's sockets. Beside a "
+              "sidecar that accepts a connection every 100 ms, a build that tells the "
+              "sidecar's connections from the app's also dumps the whole namespace at each look.",
+              "",
+              "| build | namespace | CPU ms per second of the drain |",
+              "|---|---|---|",
+              ] + [f"| {b} | {n} | {ms} |" for b, n, ms in drains] + [""]
     text = "\n".join(lines)
     with open(args.out, "w") as f:
         f.write(text)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # /readyz throughput and latency under wrk while the app itself burns a full core: the
-# number the readiness endpoint must hold up under (issue #3). Root not needed; wrk is
+# number the readiness endpoint must hold up under. Root not needed; wrk is
 # installed from Debian's packages if missing. Prints wrk's summary for each run and the
 # median requests/s and p99 of all runs.
 set -euo pipefail

@@ -11,7 +11,7 @@
 # and .cargo/config.toml links with rust-lld, so no aarch64 sysroot is needed. The C
 # compiler is for ring (rustls, in the AWS SDK), which builds C: Debian's
 # aarch64-linux-gnu-gcc compiles it, with the arm64 C headers of libc6-dev-arm64-cross
-# (without them its stdint.h falls through to the host's x86_64 headers: issue #14).
+# (without them its stdint.h falls through to the host's x86_64 headers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -37,8 +37,10 @@ if ! docker info >/dev/null 2>&1 && command -v dockerd >/dev/null 2>&1; then
   for _ in $(seq 1 60); do docker info >/dev/null 2>&1 && break; sleep 1; done
 fi
 
-# Graviton (issue #10): the static aarch64 binary is built on every change, before the
+# Graviton: the static aarch64 binary is built on every change, before the
 # native suite, and a subset of the tests then runs against it under qemu-user.
 scripts/build-static.sh aarch64
 cargo test --locked "$@"
+# The build without the AWS SDK, against the tests that do not need it.
+scripts/test-slim.sh
 scripts/test-aarch64.sh

@@ -3,8 +3,11 @@
 //! hang at a named point, to prove that no helper can take PID 1 down or slow it down.
 //! Without the feature every point compiles to nothing.
 //!
-//! `LIFEGUARD_FAULT=point[:N|:hang|:pause=MS],...`: panic at `point` every time, the
-//! first N times, hang there for good, or stall there MS milliseconds each time. The
+//! `LIFEGUARD_FAULT=point[:N|:hang|:pause=MS|:abort|:overflow],...`: panic at `point`
+//! every time, the first N times, hang there for good, stall there MS milliseconds each
+//! time, abort the process (what a panic while unwinding, a failed allocation or a
+//! dependency's `abort()` do), or overflow the thread's stack (what runaway recursion
+//! does): the last two no unwinding can catch, and end the whole helper process. The
 //! points: `endpoint-request` (answering a request), `endpoint-accept` (the accept
 //! loop), `app-check`, `sampler`, `cloudwatch-publish`, `log-locked` (a helper's log
 //! line, inside the logging lock), and one on the supervision thread itself,
@@ -28,6 +31,10 @@ pub fn point(name: &str) {
             std::thread::park();
         },
         Times::Pause(ms) => std::thread::sleep(std::time::Duration::from_millis(ms)),
+        Times::Abort => std::process::abort(),
+        Times::Overflow => {
+            overflow(1);
+        }
         Times::Always => panic!("injected fault at {name}"),
         Times::First(ref left) => {
             if left
@@ -40,8 +47,20 @@ pub fn point(name: &str) {
     }
 }
 
+/// Recursion the optimiser cannot turn into a loop: each frame keeps a buffer it
+/// reads after the call.
+#[cfg(feature = "fault-injection")]
+#[inline(never)]
+#[allow(unconditional_recursion)]
+fn overflow(depth: u64) -> u64 {
+    let frame = std::hint::black_box([depth; 512]);
+    overflow(depth + 1) + frame[(depth % 512) as usize]
+}
+
 #[cfg(feature = "fault-injection")]
 enum Times {
+    Abort,
+    Overflow,
     Always,
     First(std::sync::atomic::AtomicU32),
     Hang,
@@ -65,6 +84,8 @@ fn armed() -> &'static [Fault] {
                 let (point, times) = match entry.split_once(':') {
                     None => (entry, Times::Always),
                     Some((point, "hang")) => (point, Times::Hang),
+                    Some((point, "abort")) => (point, Times::Abort),
+                    Some((point, "overflow")) => (point, Times::Overflow),
                     Some((point, pause)) if pause.starts_with("pause=") => (
                         point,
                         Times::Pause(pause["pause=".len()..].parse().unwrap_or(100)),

@@ -8,14 +8,13 @@
 //!
 //! The supervision thread has a queue of its own, which no other thread touches: the
 //! helpers share one behind a lock, and a helper that stalls or panics while holding
-//! it (issue #15) cannot make supervision wait. Each line is one write, so lines of
+//! it cannot make supervision wait. Each line is one write, so lines of
 //! the two queues never mix mid-line on a pipe (writes up to PIPE_BUF are atomic).
 #![forbid(unsafe_code)]
 
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::fmt::{self, Display, Write as _};
-use std::io::Write;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::{Mutex, OnceLock};
@@ -71,6 +70,8 @@ static LEVEL: AtomicU8 = AtomicU8::new(Level::Notice as u8);
 static JSON: AtomicBool = AtomicBool::new(false);
 /// Where lines go once supervision starts; plain blocking writes before.
 static SINK: OnceLock<Sink> = OnceLock::new();
+/// The helper process's writer thread, where PID 1 needed one (`become_helper`).
+static HELPER_SINK: OnceLock<Sink> = OnceLock::new();
 /// Lines thrown away because the queue was full.
 static DROPPED: AtomicU64 = AtomicU64::new(0);
 const QUEUE_LINES: usize = 1024;
@@ -173,6 +174,22 @@ pub fn start_writer() {
     OWN.with(|own| *own.borrow_mut() = Some(Queue::default()));
 }
 
+/// In the helper process, first thing after the fork: the supervision thread's own
+/// queue stays with supervision (this copy of it would be written by nobody, and lines
+/// queued before the fork are PID 1's to write), and a writer thread, if PID 1 has one,
+/// is not in this process: the helper starts its own.
+pub fn become_helper() {
+    OWN.with(|own| *own.borrow_mut() = None);
+    if matches!(SINK.get(), Some(Sink::Thread(_))) {
+        let _ = HELPER_SINK.set(writer_thread());
+    }
+}
+
+/// Where lines go in this process.
+fn sink() -> Option<&'static Sink> {
+    HELPER_SINK.get().or_else(|| SINK.get())
+}
+
 /// The writer thread, for a stderr that cannot be written without waiting.
 fn writer_thread() -> Sink {
     let (tx, rx) = mpsc::sync_channel::<Message>(QUEUE_LINES);
@@ -198,7 +215,7 @@ fn writer_thread() -> Sink {
     match spawned {
         Ok(_) => {
             // Until the thread has re-blocked the C library's reserved signals, one of
-            // them would be delivered to it, with its default action (helpers.rs).
+            // them would be delivered to it, with its default action (helper/threads.rs).
             let _ = blocked.recv();
             Sink::Thread(tx)
         }
@@ -219,7 +236,7 @@ fn writer_thread() -> Sink {
 /// Waits (at most `timeout`) until the queued lines are written; before exiting.
 pub fn flush(timeout: Duration) {
     let until = std::time::Instant::now() + timeout;
-    match SINK.get() {
+    match sink() {
         Some(Sink::Quick { out, shared }) => {
             flush_own(timeout);
             while !shared
@@ -246,7 +263,7 @@ pub fn flush(timeout: Duration) {
 /// thread's; nothing elsewhere).
 pub fn flush_own(timeout: Duration) {
     let until = std::time::Instant::now() + timeout;
-    let Some(Sink::Quick { out, .. }) = SINK.get() else {
+    let Some(Sink::Quick { out, .. }) = sink() else {
         return;
     };
     with_own(|queue| {
@@ -259,7 +276,7 @@ pub fn flush_own(timeout: Duration) {
 /// Writes what the supervision thread's own queue holds and stderr takes now; the loop
 /// calls it every turn.
 pub fn pump() {
-    if let Some(Sink::Quick { out, .. }) = SINK.get() {
+    if let Some(Sink::Quick { out, .. }) = sink() {
         with_own(|queue| queue.drain(out));
     }
 }
@@ -300,8 +317,21 @@ impl SendTimeout for SyncSender<Message> {
 
 fn write_stderr(line: &str) {
     // One write per line so lines from lifeguard and the app never interleave mid-line;
-    // the error is ignored on purpose (see the module note).
-    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    // the error is ignored on purpose (see the module note). write(2) on the descriptor
+    // itself, not through std's stderr lock: a writer thread stuck in a write to a
+    // stalled stderr would hold that lock, and a helper forked meanwhile would inherit
+    // it held, for good.
+    use std::os::fd::AsFd;
+    let stderr = std::io::stderr();
+    let mut bytes = line.as_bytes();
+    while !bytes.is_empty() {
+        match nix::unistd::write(stderr.as_fd(), bytes) {
+            Ok(0) => return,
+            Ok(n) => bytes = &bytes[n..],
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(_) => return,
+        }
+    }
 }
 
 pub fn init(level: Level, format: Format) {
@@ -336,7 +366,7 @@ pub fn debug(msg: impl Display, fields: &[Field]) {
 /// the queue's), so a line that cannot be queued now is written directly.
 pub fn error_now(msg: impl Display) {
     let line = text_or_json_line(Level::Error, &msg, &[]);
-    match SINK.get() {
+    match sink() {
         Some(Sink::Quick { out, shared }) => {
             if let Some(line) = own_push(line) {
                 match shared.try_lock() {
@@ -366,7 +396,7 @@ pub fn log(level: Level, msg: impl Display, fields: &[Field]) {
     if !enabled(level) {
         return;
     }
-    let sink = SINK.get();
+    let sink = sink();
     if level > Level::Notice && matches!(sink, Some(Sink::WarningsOnly)) {
         return;
     }

@@ -1,4 +1,4 @@
-//! Behind a real load balancer (issue #8): HAProxy (Debian package, installed by
+//! Behind a real load balancer: HAProxy (Debian package, installed by
 //! scripts/test.sh) with active HTTP health checks every 500 ms and no retries, as an
 //! ALB, in front of two servers that die on SIGTERM. Steady traffic flows through it
 //! while one server is stopped, with a 4-second request in flight on that server.

@@ -1,4 +1,4 @@
-//! cgroup v2 on the real kernel (issue #20), on a machine whose controllers are all
+//! cgroup v2 on the real kernel, on a machine whose controllers are all
 //! bound to v1: a cgroup2 hierarchy can still be mounted beside them, in a mount
 //! namespace of the test's own, and it keeps the core accounting every v2 cgroup has
 //! (`cpu.stat`'s usage_usec) but no controller (`cgroup.controllers` is empty: the

@@ -1,4 +1,4 @@
-//! CloudWatch publishing (issues #7, #16) against a real CloudWatch emulator: moto
+//! CloudWatch publishing against a real CloudWatch emulator: moto
 //! (PyPI) behind tests/support/cloudwatch_front.py, which speaks the Rust SDK's Smithy
 //! RPC-v2 CBOR, records every datum as sent, and injects faults. Every rule of the
 //! contract is checked on what arrives: cadence, dimensions, resolution, units,

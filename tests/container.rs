@@ -627,3 +627,67 @@ fn the_scratch_dockerfile_builds_from_the_static_binary_with_a_small_context() {
         container.logs()
     );
 }
+
+#[test]
+fn the_kubernetes_restricted_profile_keeps_every_figure_and_pid_1_alone() {
+    // Non-root, read-only root, no capabilities, no new privileges: what Kubernetes'
+    // restricted Pod Security profile allows. lifeguard forks its helper, which reads
+    // the cgroup, /proc and sock_diag as that user.
+    let image = Image::build(
+        "restricted",
+        &["--drain-delay", "0", "--inflight-port", "8080"],
+        &["--http", "8080"],
+    );
+    let c = Container::run_with(
+        &image,
+        &[
+            "--user",
+            "65534:65534",
+            "--read-only",
+            "--cap-drop",
+            "ALL",
+            "--security-opt",
+            "no-new-privileges",
+        ],
+    );
+    let wanted = [
+        "lifeguard_ready",
+        "lifeguard_cpu_usage_seconds_total",
+        "lifeguard_memory_working_set_bytes",
+        "lifeguard_requests_in_flight",
+        "lifeguard_accept_queue_length",
+        "lifeguard_listen_backlog",
+        "lifeguard_app_processes",
+        "lifeguard_app_threads",
+        "lifeguard_app_open_fds",
+        "lifeguard_app_max_fds",
+        "lifeguard_app_resident_memory_bytes",
+        "lifeguard_helper_restarts_total",
+    ];
+    let metrics = wait_until("every figure on /metrics", || {
+        let (code, answer) = c.probe_url(Some("http://127.0.0.1:9595/metrics"));
+        let m = gauges(answer.strip_prefix("200 ")?);
+        (code == 0 && wanted.iter().all(|k| m.contains_key(*k))).then_some(m)
+    });
+    assert_eq!(metrics["lifeguard_ready"], 1.0, "{}", c.logs());
+    // The app alone: the helper is neither a process nor threads of the app's.
+    assert_eq!(metrics["lifeguard_app_processes"], 1.0, "{metrics:?}");
+    assert_eq!(metrics["lifeguard_helper_restarts_total"], 0.0);
+    // PID 1 is one thread; the helper runs beside it under its own name.
+    let top = docker_ok(&["top", &c.0, "-o", "pid,nlwp,comm"]);
+    let rows: Vec<Vec<&str>> = top
+        .lines()
+        .skip(1)
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    let lifeguard = rows
+        .iter()
+        .find(|r| r.get(2) == Some(&"lifeguard"))
+        .unwrap_or_else(|| panic!("no lifeguard in\n{top}"));
+    assert_eq!(lifeguard[1], "1", "PID 1's threads\n{top}");
+    assert!(
+        rows.iter().any(|r| r.get(2) == Some(&"lifeguard-helpe")),
+        "no helper process in\n{top}"
+    );
+    assert!(!c.logs().contains("warning"), "{}", c.logs());
+}

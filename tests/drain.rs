@@ -1,4 +1,4 @@
-//! Drain until quiet (issue #18, README "Lifecycle"): with `--inflight-port`,
+//! Drain until quiet (docs/lifecycle.md): with `--inflight-port`,
 //! past the drain delay the stop signal waits until the port is quiet — nothing in
 //! flight and no new request for `--drain-quiet` — up to `--drain-max`. The app here is
 //! the testapp's web server; where it dies on SIGTERM (no handler), whatever is in
@@ -266,7 +266,12 @@ fn the_last_drain_shows_in_metrics_and_says_why_it_ended() {
 /// while the first backend is stopped; its app closes its port on SIGTERM. Returns
 /// (requests, failed).
 fn stop_behind_a_slow_balancer(drain_quiet: &str) -> (u64, u64) {
+    stop_behind_a_slow_balancer_beside(drain_quiet, false)
+}
+
+fn stop_behind_a_slow_balancer_beside(drain_quiet: &str, sidecar: bool) -> (u64, u64) {
     in_own_netns(|| {
+        let _sidecar = sidecar.then(Sidecar::start);
         let backend = || {
             let port = free_port();
             let check = free_port();
@@ -334,6 +339,235 @@ fn stop_behind_a_slow_balancer(drain_quiet: &str) -> (u64, u64) {
         client.join().unwrap();
         (sent.load(Ordering::SeqCst), failed.load(Ordering::SeqCst))
     })
+}
+
+/// A sidecar in the test's network namespace, as an ECS task's or a pod's other
+/// containers are (an agent taking StatsD or EMF over TCP, a mesh proxy): a listener of
+/// its own, and a client that opens a connection to it every 100 ms, sends a line, and
+/// reads the answer until the sidecar closes it. Every one moves the namespace's passive-open
+/// counter; none is the app's.
+struct Sidecar {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl Sidecar {
+    fn start() -> Sidecar {
+        Sidecar::every(Duration::from_millis(100))
+    }
+
+    fn every(period: Duration) -> Sidecar {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        listener.set_nonblocking(true).unwrap();
+        let stop = Arc::new(AtomicBool::new(false));
+        let server = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    match listener.accept() {
+                        Ok((mut conn, _)) => {
+                            // Read what the client sent, answer, close first: an
+                            // orderly close (a reset would leave no trace of it).
+                            conn.set_nonblocking(false).unwrap();
+                            let mut line = [0u8; 11];
+                            let _ = conn.read_exact(&mut line);
+                            let _ = conn.write_all(b"ok");
+                        }
+                        Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                    }
+                }
+            })
+        };
+        let client = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let until = Instant::now() + Duration::from_secs(60);
+                while !stop.load(Ordering::SeqCst) && Instant::now() < until {
+                    if let Ok(mut c) = TcpStream::connect(("127.0.0.1", port)) {
+                        let _ = c.write_all(b"metric:1|c\n");
+                        // Until the sidecar closes: it closes first, as a server that
+                        // answers and hangs up does (its side keeps TIME_WAIT). One
+                        // its client closed first within a look leaves no trace, and
+                        // would count against the app's port: the rule leans holding.
+                        let mut answer = Vec::new();
+                        let _ = c.read_to_end(&mut answer);
+                    }
+                    std::thread::sleep(period);
+                }
+            })
+        };
+        Sidecar {
+            stop,
+            threads: vec![server, client],
+        }
+    }
+}
+
+impl Drop for Sidecar {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+#[test]
+fn beside_a_busy_sidecar_an_idle_app_stops_within_drain_quiet() {
+    if skipped_under_emulation(NO_SOCK_DIAG_UNDER_EMULATION) {
+        return;
+    }
+    // Before: every sidecar connection counted as the app's, and the drain ran to
+    // --drain-max.
+    in_own_netns(|| {
+        let _sidecar = Sidecar::start();
+        let endpoint = free_port();
+        let listen = listen_flag(endpoint);
+        let (mut run, _) = start_server(
+            &[
+                "--drain-delay",
+                "0",
+                "--drain-max",
+                "8s",
+                "--listen",
+                &listen,
+            ],
+            false,
+            true,
+        );
+        // The sampler has watched the namespace accept the sidecar's connections for a
+        // while before the stop.
+        wait_until("the sidecar's accepts counted", || {
+            let m = request(endpoint, "GET", "/metrics").ok()?.1;
+            let accepted: f64 = m
+                .lines()
+                .find_map(|l| l.strip_prefix("lifeguard_connections_accepted_total "))?
+                .parse()
+                .ok()?;
+            (accepted >= 20.0).then_some(())
+        });
+        let term_at = Instant::now();
+        run.signal(libc::SIGTERM);
+        run.expect_exit(143);
+        let took = term_at.elapsed();
+        // --drain-quiet (1 s) + 0.5 s: a sidecar accept landing between a look's dump
+        // and its read of the namespace's counter is explained by the next look.
+        assert!(
+            took < Duration::from_millis(1500),
+            "stopped {took:?} after SIGTERM: --drain-quiet (1 s) + 0.5 s at most\n{}",
+            run.transcript()
+        );
+        run.expect_log("the port is quiet: drain over");
+        figures_were_read(&run);
+    });
+}
+
+#[test]
+fn beside_a_busy_sidecar_the_apps_own_trickle_holds_the_stop_until_it_ends() {
+    if skipped_under_emulation(NO_SOCK_DIAG_UNDER_EMULATION) {
+        return;
+    }
+    // The balancer still sends a request every 0.5 s on a new connection, beside the
+    // sidecar's: every one is answered, and the stop follows the last by --drain-quiet.
+    in_own_netns(|| {
+        let _sidecar = Sidecar::start();
+        let (mut run, app_port) =
+            start_server(&["--drain-delay", "0", "--drain-max", "15s"], false, true);
+        let stop_sending = Arc::new(AtomicBool::new(false));
+        let last = Arc::new(std::sync::Mutex::new(Instant::now()));
+        let failed = Arc::new(AtomicU64::new(0));
+        let trickle = {
+            let (stop_sending, last, failed) = (stop_sending.clone(), last.clone(), failed.clone());
+            std::thread::spawn(move || {
+                let mut sent = 0;
+                while !stop_sending.load(Ordering::SeqCst) {
+                    if !fetch(app_port, "/") {
+                        failed.fetch_add(1, Ordering::SeqCst);
+                    }
+                    *last.lock().unwrap() = Instant::now();
+                    sent += 1;
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                sent
+            })
+        };
+        // A few requests first: the sampler has looked at the port by then.
+        wait_until("three requests served", || {
+            (run.stdout().iter().filter(|l| *l == "request /").count() >= 3).then_some(())
+        });
+        run.signal(libc::SIGTERM);
+        std::thread::sleep(Duration::from_millis(2500));
+        stop_sending.store(true, Ordering::SeqCst);
+        let sent = trickle.join().unwrap();
+        let last_request = *last.lock().unwrap();
+        run.expect_exit(143);
+        let relayed = run
+            .stderr()
+            .iter()
+            .position(|l| l.contains("stop signal relayed"))
+            .is_some();
+        assert!(relayed, "{}", run.transcript());
+        let after_last = last_request.elapsed();
+        assert_eq!(
+            failed.load(Ordering::SeqCst),
+            0,
+            "requests failed\n{}",
+            run.transcript()
+        );
+        assert!(sent >= 5, "{sent}");
+        // The relay came --drain-quiet (1 s) after the last request, ± 0.5 s; the exit
+        // follows the relay at once (the app dies of SIGTERM).
+        assert!(
+            after_last >= Duration::from_millis(500) && after_last <= Duration::from_millis(1500),
+            "stopped {after_last:?} after the last request\n{}",
+            run.transcript()
+        );
+        figures_were_read(&run);
+    });
+}
+
+#[test]
+fn beside_a_busy_sidecar_the_app_behind_haproxy_loses_no_request() {
+    if skipped_under_emulation(NO_SOCK_DIAG_UNDER_EMULATION) {
+        return;
+    }
+    let (sent, failed) = stop_behind_a_slow_balancer_beside("1s", true);
+    assert_eq!(
+        failed, 0,
+        "requests failed beside the sidecar ({sent} sent)"
+    );
+    assert!(sent >= 8, "too little traffic to tell: {sent}");
+}
+
+#[test]
+fn an_app_that_calls_out_through_a_local_proxy_still_holds_its_own_requests() {
+    if skipped_under_emulation(NO_SOCK_DIAG_UNDER_EMULATION) {
+        return;
+    }
+    // A mesh's outbound proxy (Envoy for ECS Service Connect, Istio) accepts the app's
+    // own calls on a local listener: each request the app serves opens a connection
+    // there. Those are not the app's port's; the request in flight is, and holds the stop.
+    in_own_netns(|| {
+        let proxy = Sidecar::every(Duration::from_millis(50));
+        let (mut run, app_port) = start_server(&["--drain-delay", "0"], false, true);
+        let stream = request_in_flight(&run, app_port, "/slow/1500");
+        let term_at = Instant::now();
+        run.signal(libc::SIGTERM);
+        let answer = answer(stream);
+        assert!(
+            answer.contains("slow done"),
+            "the request was cut: {answer:?}"
+        );
+        run.expect_exit(143);
+        assert!(
+            term_at.elapsed() >= Duration::from_millis(1400),
+            "{}",
+            run.transcript()
+        );
+        drop(proxy);
+        figures_were_read(&run);
+    });
 }
 
 #[test]

@@ -1,4 +1,4 @@
-//! The health and metrics endpoint (README "Endpoint"), the app checks, the graceful-shutdown
+//! The health and metrics endpoint (docs/reference.md), the app checks, the graceful-shutdown
 //! scenario (a naive server that closes its port on SIGTERM), hostile clients, `--listen` semantics and `--probe`.
 mod common;
 

@@ -1,4 +1,4 @@
-//! The files users copy (examples/, issues #11 and #16): they parse, lifeguard accepts
+//! The files users copy (examples/): they parse, lifeguard accepts
 //! their command lines and environment, their names, ports and timings match lifeguard's
 //! flags and defaults and the timing rule (drain delay ≤ drain max < grace < the
 //! orchestrator's kill, Docker's included), and their scalers scale out and back in:
@@ -116,8 +116,8 @@ fn the_kubernetes_example_fits_lifeguards_flags_and_the_timing_rule() {
         "lifeguard's default --listen port"
     );
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
-    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/livez");
     assert_eq!(container["readinessProbe"]["httpGet"]["port"], "lifeguard");
+    probes_ride_out_a_saturated_quota(container, "kubernetes/deployment.yaml");
     // In-flight counting on the app's own port.
     assert_eq!(
         flag(&args, "inflight-port")
@@ -151,14 +151,67 @@ fn the_kubernetes_example_fits_lifeguards_flags_and_the_timing_rule() {
     );
 }
 
+/// A busy pod is never killed or pulled for being busy (a CPU quota its threads use
+/// up starves every server in the pod, lifeguard's endpoint included, while the kernel
+/// still completes a TCP handshake): liveness by TCP connect, readiness with a timeout
+/// of 2 s or more and at least 3 failures before the pod is pulled.
+fn probes_ride_out_a_saturated_quota(container: &Value, file: &str) {
+    let liveness = &container["livenessProbe"];
+    assert!(
+        liveness.get("tcpSocket").is_some() && liveness.get("httpGet").is_none(),
+        "{file}: liveness must be answered by the kernel (tcpSocket): {liveness}"
+    );
+    let number = |probe: &Value, key: &str, default: f64| {
+        probe.get(key).and_then(Value::as_f64).unwrap_or(default)
+    };
+    let readiness = &container["readinessProbe"];
+    // Kubernetes' defaults: 1 s timeout, 3 failures.
+    assert!(
+        number(readiness, "timeoutSeconds", 1.0) >= 2.0,
+        "{file}: {readiness}"
+    );
+    assert!(
+        number(readiness, "failureThreshold", 3.0) >= 3.0,
+        "{file}: {readiness}"
+    );
+    assert!(
+        number(liveness, "timeoutSeconds", 1.0) >= 2.0,
+        "{file}: {liveness}"
+    );
+}
+
 #[test]
-fn the_ecs_example_fits_the_metrics_contract_the_policy_and_the_alarm() {
+fn the_compose_example_keeps_the_timing_rule_and_a_patient_probe() {
     let all = examples();
-    let task = doc(&all, "ecs/task-definition.json", None);
-    let container = &task["containerDefinitions"][0];
-    assert_eq!(container["entryPoint"][0], "/lifeguard");
-    let args = strings(&container["command"]);
-    let env: Vec<(String, String)> = container["environment"]
+    let compose = doc(&all, "compose/compose.yaml", None);
+    let web = &compose["services"]["web"];
+    let mut args = strings(&web["entrypoint"]);
+    assert_eq!(args.remove(0), "/lifeguard");
+    let env: Vec<(String, String)> = web["environment"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap().to_string()))
+        .collect();
+    args.extend(strings(&web["command"]));
+    lifeguard_accepts(&args, &env);
+    let stop = seconds(web["stop_grace_period"].as_str().unwrap());
+    assert!(
+        default_grace() < stop,
+        "stop_grace_period {stop} s must outlast the grace"
+    );
+    let check = &web["healthcheck"];
+    assert_eq!(strings(&check["test"]), ["CMD", "/lifeguard", "--probe"]);
+    assert!(
+        seconds(check["timeout"].as_str().unwrap()) >= 2.0,
+        "{check}"
+    );
+    assert!(check["retries"].as_f64().unwrap() >= 3.0, "{check}");
+}
+
+/// An ECS container definition's `environment`, as (name, value) pairs.
+fn ecs_environment(container: &Value) -> Vec<(String, String)> {
+    container["environment"]
         .as_array()
         .unwrap()
         .iter()
@@ -168,7 +221,39 @@ fn the_ecs_example_fits_the_metrics_contract_the_policy_and_the_alarm() {
                 e["value"].as_str().unwrap().to_string(),
             )
         })
-        .collect();
+        .collect()
+}
+
+#[test]
+fn the_ecs_emf_variant_publishes_through_its_logs_with_the_same_contract() {
+    let all = examples();
+    let api = &doc(&all, "ecs/task-definition.json", None)["containerDefinitions"][0];
+    let emf = &doc(&all, "ecs/task-definition-emf.json", None)["containerDefinitions"][0];
+    let (api_env, emf_env) = (ecs_environment(api), ecs_environment(emf));
+    assert!(emf_env.contains(&("METRICS_SINK".to_string(), "emf".to_string())));
+    // The same namespace and dimensions: the same alarms read either.
+    for name in [
+        "METRICS_NAMESPACE",
+        "METRICS_DIMENSIONS",
+        "METRICS_INTERVAL",
+    ] {
+        let of = |e: &[(String, String)]| e.iter().find(|(k, _)| k == name).map(|(_, v)| v.clone());
+        assert_eq!(of(&api_env), of(&emf_env), "{name}");
+    }
+    // Records on stdout: the awslogs driver carries them to CloudWatch Logs.
+    assert_eq!(emf["logConfiguration"]["logDriver"], "awslogs");
+    assert_eq!(api["command"], emf["command"]);
+    lifeguard_accepts(&strings(&emf["command"]), &emf_env);
+}
+
+#[test]
+fn the_ecs_example_fits_the_metrics_contract_the_policy_and_the_alarm() {
+    let all = examples();
+    let task = doc(&all, "ecs/task-definition.json", None);
+    let container = &task["containerDefinitions"][0];
+    assert_eq!(container["entryPoint"][0], "/lifeguard");
+    let args = strings(&container["command"]);
+    let env = ecs_environment(container);
     let var = |name: &str| env.iter().find(|(k, _)| k == name).unwrap().1.clone();
     lifeguard_accepts(&args, &env);
     let grace = seconds(flag(&args, "grace").unwrap());
@@ -178,9 +263,44 @@ fn the_ecs_example_fits_the_metrics_contract_the_policy_and_the_alarm() {
         "grace {grace} must end before ECS's kill {stop_timeout}"
     );
     assert!(seconds(flag(&args, "drain-max").unwrap()) < grace);
+    // Both ports reach the balancer: the app's, and lifeguard's, which its health
+    // check asks.
+    let ports: Vec<f64> = container["portMappings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["containerPort"].as_f64().unwrap())
+        .collect();
+    assert!(
+        ports.contains(&8080.0) && ports.contains(&9595.0),
+        "{ports:?}"
+    );
+    // No container health check: a task at its CPU quota would fail it (the check is a
+    // process in the starved cgroup) and be replaced when it is needed most; the
+    // balancer's check on /readyz decides.
+    assert!(container.get("healthCheck").is_none(), "{container}");
+    // The service behind its target group, whose health check is lifeguard's /readyz
+    // on 9595 with a timeout that rides out a throttled second, and a short
+    // deregistration delay (lifeguard holds the stop until the port is quiet).
+    let resources = &doc(&all, "ecs/scaling.yaml", None)["Resources"];
+    let group = &resources["TargetGroup"]["Properties"];
+    assert_eq!(group["HealthCheckPath"], "/readyz");
+    assert_eq!(group["HealthCheckPort"], "9595");
+    assert!(group["HealthCheckTimeoutSeconds"].as_f64().unwrap() >= 2.0);
+    assert!(group["UnhealthyThresholdCount"].as_f64().unwrap() >= 3.0);
+    let delay = group["TargetGroupAttributes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["Key"] == "deregistration_delay.timeout_seconds")
+        .map(|a| a["Value"].as_str().unwrap().parse::<f64>().unwrap())
+        .expect("a deregistration delay");
+    assert!(delay <= 30.0, "deregistration delay {delay}");
+    let service = &resources["Service"]["Properties"];
+    assert_eq!(service["LoadBalancers"][0]["ContainerPort"], 8080.0);
     assert_eq!(
-        strings(&container["healthCheck"]["command"]),
-        ["CMD", "/lifeguard", "--probe"]
+        service["LoadBalancers"][0]["ContainerName"],
+        container["name"]
     );
     // The policy lets the task publish into its namespace only.
     let policy = doc(&all, "ecs/task-role-policy.json", None);
@@ -405,12 +525,61 @@ fn ecs_decides(template: &Value, load: &dyn Fn(&str) -> f64, current: u64) -> (V
     (fired, desired)
 }
 
-/// The alarm on `metric` that scales out (or in, `high` false).
+/// The alarm on `metric` that scales out (or in, `high` false); of several high ones,
+/// the lowest threshold (the first to fire).
 fn alarm_on(template: &Value, metric: &str, high: bool) -> Alarm {
     alarms(template)
         .into_iter()
-        .find(|a| a.metric == metric && a.high() == high)
+        .filter(|a| a.metric == metric && a.high() == high)
+        .min_by(|a, b| a.threshold.total_cmp(&b.threshold))
         .unwrap_or_else(|| panic!("no {} alarm on {metric}", if high { "high" } else { "low" }))
+}
+
+/// The saturated step: the high in-flight alarm with the highest threshold.
+fn saturated_alarm(template: &Value) -> Alarm {
+    alarms(template)
+        .into_iter()
+        .filter(|a| a.metric == "RequestsInFlight" && a.high())
+        .max_by(|a, b| a.threshold.total_cmp(&b.threshold))
+        .unwrap()
+}
+
+#[test]
+fn the_saturated_step_adds_400_percent_past_three_times_the_threshold() {
+    let all = examples();
+    let template = doc(&all, "ecs/scaling.yaml", None);
+    let high = alarm_on(template, "RequestsInFlight", true);
+    let saturated = saturated_alarm(template);
+    assert_ne!(high.id, saturated.id, "a saturated step of its own");
+    assert_eq!(saturated.threshold, 3.0 * high.threshold);
+    let inflight = |per_task: f64| {
+        move |metric: &str| {
+            if metric == "RequestsInFlight" {
+                per_task
+            } else {
+                0.0
+            }
+        }
+    };
+    // (current, in flight per task, desired): 200 % below the saturated threshold, 400 %
+    // from it (the larger capacity wins when both fire), within MaxCapacity.
+    for (current, per_task, desired) in [
+        (3, high.threshold, 9),
+        (3, saturated.threshold - 1.0, 9),
+        (3, saturated.threshold, 15),
+        (4, saturated.threshold, 20),
+        (10, saturated.threshold, 30),
+    ] {
+        let (fired, got) = ecs_decides(template, &inflight(per_task), current);
+        assert_eq!(got, desired, "{current} tasks at {per_task}: {fired:?}");
+        assert_eq!(
+            fired.contains(&saturated.id),
+            per_task >= saturated.threshold
+        );
+    }
+    let config =
+        &template["Resources"][&saturated.policy]["Properties"]["StepScalingPolicyConfiguration"];
+    assert_eq!(config["Cooldown"], 60);
 }
 
 #[test]
@@ -444,7 +613,7 @@ fn the_ecs_template_scales_out_and_back_in_as_application_auto_scaling_would() {
     let low = alarm_on(template, "RequestsInFlight", false);
     let cpu = alarm_on(template, "CpuUtilization", true);
     assert!(low.threshold < high.threshold, "{low:?} {high:?}");
-    // Both directions exist, each with the fast-scaling module's 60 s cooldown.
+    // Both directions exist, each with a 60 s cooldown.
     for alarm in [&high, &low, &cpu] {
         let config =
             &template["Resources"][&alarm.policy]["Properties"]["StepScalingPolicyConfiguration"];
@@ -478,7 +647,16 @@ fn the_ecs_template_scales_out_and_back_in_as_application_auto_scaling_would() {
                 assert!(fired.is_empty(), "{what}");
                 assert_eq!(desired, current, "{what}");
             } else {
-                assert_eq!(fired, std::slice::from_ref(&high.id), "{what}");
+                assert!(fired.contains(&high.id), "{what}");
+                let saturated = saturated_alarm(template);
+                let expected: Vec<String> = if per_task >= saturated.threshold {
+                    let mut both = vec![high.id.clone(), saturated.id.clone()];
+                    both.sort();
+                    both
+                } else {
+                    vec![high.id.clone()]
+                };
+                assert_eq!(fired, expected, "{what}");
                 assert!(desired > current || desired == max, "{what}");
                 if per_task == 2.0 * threshold {
                     at_twice = desired;
@@ -660,10 +838,18 @@ fn the_keda_example_scales_out_and_back_in_as_the_hpa_would() {
 fn default_grace() -> f64 {
     let out = lifeguard().arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&out.stdout).to_string();
-    let line = help
+    // The option's help, wrapped over lines: from its line to the next option's.
+    let mut lines = help
         .lines()
-        .find(|l| l.trim_start().starts_with("--grace"))
+        .skip_while(|l| !l.trim_start().starts_with("--grace"));
+    let first = lines
+        .next()
         .unwrap_or_else(|| panic!("no --grace in --help:\n{help}"));
+    let line: String = std::iter::once(first)
+        .chain(lines.take_while(|l| !l.trim_start().starts_with('-')))
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join(" ");
     let default = line
         .split("[default: ")
         .nth(1)

@@ -1,4 +1,4 @@
-//! Exit status (README "Exit status"): the app's code, 128+N for death by signal N, remapped codes,
+//! Exit status (docs/reference.md): the app's code, 128+N for death by signal N, remapped codes,
 //! 126/127 for a command that cannot run, 2 for usage errors.
 mod common;
 

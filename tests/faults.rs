@@ -1,4 +1,4 @@
-//! No helper can take PID 1 down or slow it down (issue #15), shown in the shipped
+//! No helper can take PID 1 down or slow it down, shown in the shipped
 //! configuration: a build with the release profile's panic strategy and code
 //! generation, plus the `fault-injection` feature, whose helpers panic or hang at named
 //! points (LIFEGUARD_FAULT; src/faults.rs). For each fault, lifeguard as PID 1 still
@@ -441,4 +441,232 @@ fn the_endpoint_survives_a_storm_of_hostile_requests() {
     assert!(body.contains("lifeguard_build_info"), "{body}");
     assert_eq!(failures_of(port, "endpoint"), Some(0.0), "{body}");
     still_supervises(run, "hostile requests", DRAIN + Duration::from_millis(500));
+}
+
+// ---------------------------------------------------------------------------------------
+// The helper process: faults no unwinding can catch end the helper process alone.
+
+/// The helper process below `run` (lifeguard-helper; the kernel keeps 15 characters of
+/// a name, as systemd-journald shows as systemd-journal), once one runs other than
+/// `not`.
+fn helper_of(run: &Run, not: Option<i32>) -> i32 {
+    wait_until("a helper process", || {
+        children(run.pid).into_iter().find(|&pid| {
+            Some(pid) != not
+                && alive(pid)
+                && std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|comm| comm.trim_end() == "lifeguard-helpe")
+        })
+    })
+}
+
+/// The faults build as PID 1 with the endpoint on `port` and `--inflight-port`, over a
+/// testapp that exits with 7 on SIGTERM; ready, with its helper up.
+fn start_with_helper(fault: &str, port: u16, extra: &[&str]) -> (Run, i32) {
+    let run = start_helped(fault, port, extra);
+    wait_for_answer(port, "/readyz", 200, "ready");
+    let helper = helper_of(&run, None);
+    (run, helper)
+}
+
+/// As `start_with_helper`, without waiting for the endpoint (a fault may end every
+/// helper before it answers).
+fn start_helped(fault: &str, port: u16, extra: &[&str]) -> Run {
+    let app_port = free_port();
+    let listen = listen_flag(port);
+    let app_port = app_port.to_string();
+    let mut flags = vec![
+        "-v",
+        "--drain-delay",
+        "1s",
+        "--grace",
+        "6s",
+        "--listen",
+        &listen,
+        "--inflight-port",
+        &app_port,
+    ];
+    flags.extend_from_slice(extra);
+    let fault = fault.to_string();
+    let run = start_program(
+        faulty(),
+        Mode::Pid1,
+        &args(&flags, &["--code", "7"]),
+        move |cmd| {
+            cmd.env("LIFEGUARD_FAULT", &fault);
+        },
+    );
+    run.ready();
+    run
+}
+
+/// What must hold while the helper is down and after: a signal reaches the app within
+/// 100 ms, a new helper answers /readyz within `back_within`, the app is the same
+/// process, nothing is left unreaped, and a SIGTERM then drains and exits with the
+/// app's code.
+fn survives_the_helpers_end(mut run: Run, port: u16, old: i32, what: &str, back_within: Duration) {
+    let app = run.app_pid();
+    let down = Instant::now();
+    wait_until("the old helper gone", || (!alive(old)).then_some(()));
+    let latency = signal_latency(&run);
+    assert!(
+        latency <= Duration::from_millis(100),
+        "{what}: a signal took {latency:?} to reach the app while the helper was down\n{}",
+        run.transcript()
+    );
+    let new = helper_of(&run, Some(old));
+    wait_for_answer(port, "/readyz", 200, "ready");
+    let back = down.elapsed();
+    assert!(
+        back <= back_within,
+        "{what}: a new helper answered /readyz after {back:?}\n{}",
+        run.transcript()
+    );
+    assert_eq!(run.app_pid(), app, "{what}: the app was restarted");
+    assert_ne!(new, old);
+    let zombies: Vec<i32> = descendants(run.pid)
+        .into_iter()
+        .filter(|&pid| state(pid) == Some('Z'))
+        .collect();
+    assert!(zombies.is_empty(), "{what}: zombies {zombies:?}");
+    wait_until("the restart counted", || {
+        (metric(port, "lifeguard_helper_restarts_total")? >= 1.0).then_some(())
+    });
+    let term = Instant::now();
+    run.signal(libc::SIGTERM);
+    wait_for_answer(port, "/readyz", 503, "draining");
+    run.expect_line("signal TERM");
+    assert!(
+        term.elapsed() >= DRAIN,
+        "{what}: relayed before the drain delay"
+    );
+    run.expect_exit(7);
+    assert!(!alive(new), "{what}: the helper outlived lifeguard");
+}
+
+fn killed_helper(signal: i32, what: &str) {
+    let port = free_port();
+    let (run, helper) = start_with_helper("", port, &[]);
+    send(helper, signal);
+    survives_the_helpers_end(run, port, helper, what, Duration::from_secs(5));
+}
+
+#[test]
+fn a_helper_killed_by_sigkill_is_replaced_and_supervision_never_notices() {
+    killed_helper(libc::SIGKILL, "SIGKILL");
+}
+
+#[test]
+fn a_helper_killed_by_sigsegv_is_replaced_and_supervision_never_notices() {
+    killed_helper(libc::SIGSEGV, "SIGSEGV");
+}
+
+#[test]
+fn a_helper_killed_by_sigabrt_is_replaced_and_supervision_never_notices() {
+    killed_helper(libc::SIGABRT, "SIGABRT");
+}
+
+#[test]
+fn a_stopped_helper_is_found_hung_killed_and_replaced() {
+    let port = free_port();
+    let (run, helper) = start_with_helper("", port, &[]);
+    send(helper, libc::SIGSTOP);
+    let said = run.expect_log("the helper process hangs");
+    assert!(said.contains("silent_for="), "{said}");
+    survives_the_helpers_end(run, port, helper, "SIGSTOP", Duration::from_secs(20));
+}
+
+#[test]
+fn an_abort_in_a_helper_thread_ends_the_helper_alone() {
+    // The sampler's first sample aborts the whole helper process (no unwinding), in
+    // every helper started again: supervision goes on all the same.
+    let port = free_port();
+    let run = start_helped("sampler:abort", port, &[]);
+    let helper = helper_of(&run, None);
+    let said = run.expect_log("the helper process ended");
+    assert!(said.contains("SIGABRT"), "{said}");
+    survives_the_helpers_end_without_endpoint(run, helper, "abort");
+}
+
+#[test]
+fn a_stack_overflow_in_a_helper_thread_ends_the_helper_alone() {
+    let port = free_port();
+    let run = start_helped("sampler:overflow", port, &[]);
+    let helper = helper_of(&run, None);
+    let said = run.expect_log("the helper process ended");
+    // Rust's guard page handler aborts; without it the kernel's SIGSEGV ends it.
+    assert!(
+        said.contains("SIGSEGV") || said.contains("SIGABRT"),
+        "{said}"
+    );
+    survives_the_helpers_end_without_endpoint(run, helper, "overflow");
+}
+
+/// For a fault that fires again in every new helper: supervision goes on regardless.
+fn survives_the_helpers_end_without_endpoint(mut run: Run, old: i32, what: &str) {
+    let app = run.app_pid();
+    wait_until("the old helper gone", || (!alive(old)).then_some(()));
+    let latency = signal_latency(&run);
+    assert!(
+        latency <= Duration::from_millis(100),
+        "{what}: a signal took {latency:?}\n{}",
+        run.transcript()
+    );
+    assert_eq!(run.app_pid(), app);
+    let term = Instant::now();
+    run.signal(libc::SIGTERM);
+    run.expect_line("signal TERM");
+    assert!(term.elapsed() >= DRAIN);
+    run.expect_exit(7);
+}
+
+#[test]
+fn a_stop_while_the_helper_is_killed_every_100ms_ends_within_drain_max() {
+    // The drain's hold reads the helper's looks at the port; a helper that dies over
+    // and over gives none, which counts as quiet: the stop comes by --drain-max + 1 s.
+    let port = free_port();
+    let (run, _) = start_with_helper("", port, &["--drain-max", "3s"]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let killer = {
+        let stop = stop.clone();
+        let pid = run.pid;
+        std::thread::spawn(move || {
+            let mut kills = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                for child in children(pid) {
+                    let comm = std::fs::read_to_string(format!("/proc/{child}/comm"));
+                    if comm.is_ok_and(|c| c.trim_end() == "lifeguard-helpe") && alive(child) {
+                        kill_helper(child);
+                        kills += 1;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            kills
+        })
+    };
+    let mut run = run;
+    let term = Instant::now();
+    run.signal(libc::SIGTERM);
+    run.expect_line("signal TERM");
+    let relayed = term.elapsed();
+    let code = run.wait_exit();
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let kills = killer.join().unwrap();
+    assert_eq!(code, 7, "{}", run.transcript());
+    assert!(
+        relayed <= Duration::from_secs(4),
+        "the stop came {relayed:?} after the SIGTERM (--drain-max 3s)\n{}",
+        run.transcript()
+    );
+    assert!(kills >= 1, "the helper was never killed");
+}
+
+/// SIGKILL to `pid`, a helper process below the test's lifeguard (it may be gone
+/// meanwhile: then nothing happens).
+fn kill_helper(pid: i32) -> bool {
+    assert!(pid > 1);
+    // SAFETY: kill has no memory preconditions; pid > 1 is a process, never the test
+    // itself or a group.
+    unsafe { libc::kill(pid, libc::SIGKILL) == 0 }
 }

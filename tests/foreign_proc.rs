@@ -1,4 +1,4 @@
-//! PID 1 with another namespace's /proc (README, "Lifecycle": whose /proc; issue #9):
+//! PID 1 with another namespace's /proc (docs/lifecycle.md: whose /proc):
 //! `unshare --pid --fork` without `--mount-proc` leaves lifeguard with the host's
 //! /proc, where /proc/1 is the host's init. lifeguard must still find what the app left
 //! (through /proc/self and NSpid), never touch the host's processes, and keep its

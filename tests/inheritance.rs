@@ -1,4 +1,4 @@
-//! What the app inherits (README "Lifecycle"): lifeguard's original signal mask and ignored set,
+//! What the app inherits (docs/lifecycle.md): lifeguard's original signal mask and ignored set,
 //! no descriptor of lifeguard's, the environment and working directory, its own session
 //! and group, and the terminal's foreground when stdin is one.
 mod common;

@@ -1,6 +1,6 @@
 //! The one list of Debian packages (scripts/packages.list) against what README.md tells
 //! a user to install: a package the scripts install but the README leaves out is a
-//! build that works in CI and fails by hand (issue #14).
+//! build that works in CI and fails by hand.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -94,6 +94,7 @@ fn every_group_the_scripts_ask_for_exists() {
         "scripts/build-static.sh",
         "scripts/test-aarch64.sh",
         "bench/run-all.sh",
+        "bench/health-at-peak.sh",
     ] {
         let text = std::fs::read_to_string(root().join(script)).unwrap();
         let calls: Vec<&str> = text
@@ -113,4 +114,71 @@ fn every_group_the_scripts_ask_for_exists() {
             }
         }
     }
+}
+
+#[test]
+fn the_release_script_writes_both_binaries_their_checksums_and_an_sbom() {
+    // Builds both static binaries (already built by scripts/test.sh and the container
+    // tests, so cargo finds little to do) and lays out the release.
+    let out = std::process::Command::new(root().join("scripts/release.sh"))
+        .output()
+        .expect("THIS TEST CANNOT RUN: scripts/release.sh did not start");
+    assert!(
+        out.status.success(),
+        "scripts/release.sh failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dir = root().join("target/release-artifacts");
+    let version = env!("CARGO_PKG_VERSION");
+    let x86 = dir.join(format!("lifeguard-{version}-x86_64-linux-musl"));
+    let arm = dir.join(format!("lifeguard-{version}-aarch64-linux-musl"));
+    assert!(x86.exists() && arm.exists());
+    // The checksums check, and cover every artifact.
+    let check = std::process::Command::new("sha256sum")
+        .args(["-c", "SHA256SUMS"])
+        .current_dir(&dir)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    let sums = std::fs::read_to_string(dir.join("SHA256SUMS")).unwrap();
+    assert_eq!(sums.lines().count(), 3, "{sums}");
+    // The SBOM names what scanners look for, and nothing only a build script uses.
+    let sbom: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join(format!("lifeguard-{version}.cdx.json"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(sbom["bomFormat"], "CycloneDX");
+    let names: Vec<&str> = sbom["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap())
+        .collect();
+    for linked in [
+        "aws-sdk-cloudwatch",
+        "rustls",
+        "ring",
+        "hyper",
+        "tokio",
+        "clap",
+    ] {
+        assert!(names.contains(&linked), "{linked} missing from the SBOM");
+    }
+    assert!(!names.contains(&"cc"), "a build-only crate in the SBOM");
+    // --version names the version, the commit and the target.
+    let said = std::process::Command::new(&x86)
+        .arg("--version")
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&said.stdout);
+    assert!(
+        said.starts_with(&format!("lifeguard {version} (commit "))
+            && said.contains("x86_64-unknown-linux-musl"),
+        "{said}"
+    );
 }

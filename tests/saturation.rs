@@ -1,4 +1,4 @@
-//! Saturation seen from outside the app (issue #19, README "Saturation"), on real
+//! Saturation seen from outside the app (docs/metrics.md), on real
 //! servers: a Python server with `listen(5)` overflowed by a burst, a connection left
 //! waiting in an accept queue, an app that opens descriptors, threads and a child in
 //! steps, a server without keep-alive against one with it, and the process tree read
@@ -359,7 +359,7 @@ fn one_connection_per_request_shows_as_one_accepted_connection_per_request() {
 /// prints what it holds, counted from /proc: `step N pid P processes N fds N threads N
 /// nofile N rss N`.
 const STEPS: &str = r#"
-import os, resource, signal, subprocess, threading
+import os, resource, signal, subprocess, threading, time
 signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
 held, threads, children = [], [], []
 def start_threads(n):
@@ -370,6 +370,9 @@ def start_threads(n):
         threads.append((stop, t))
 def child_limit():
     resource.setrlimit(resource.RLIMIT_NOFILE, (512, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+def threads_of(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("Threads:"))
 def report(step):
     me = os.getpid()
     fds = len(os.listdir("/proc/self/fd")) - 1  # the listing's own
@@ -394,6 +397,18 @@ while True:
         held += [os.open("/dev/null", os.O_RDONLY) for _ in range(500)]
         start_threads(20)
         children.append(subprocess.Popen(["sleep", "3600"], preexec_fn=child_limit))
+        # Popen returns once the exec has begun; the new program's start-up may still
+        # hold a descriptor for a moment (the C library's locale files), which the report
+        # would count and lifeguard would not: wait (at most 5 s) until it sleeps.
+        until = time.monotonic() + 5
+        while time.monotonic() < until:
+            try:
+                with open(f"/proc/{children[-1].pid}/wchan") as f:
+                    if "nanosleep" in f.read():
+                        break
+            except OSError:
+                pass
+            time.sleep(0.01)
     elif step == 2:
         held += [os.open("/dev/null", os.O_RDONLY) for _ in range(1000)]
         start_threads(50)
@@ -409,6 +424,11 @@ while True:
             c.kill()
             c.wait()
         children.clear()
+        # join() returns when the thread lets go of its lock, a moment before the
+        # kernel has taken the task away: wait (at most 5 s) until /proc agrees.
+        until = time.monotonic() + 5
+        while threads_of(os.getpid()) > 1 + len(threads) and time.monotonic() < until:
+            time.sleep(0.01)
     report(step)
 "#;
 

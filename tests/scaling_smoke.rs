@@ -1,7 +1,8 @@
 //! The scaling benchmark's smoke test: runs the real command, `bench/scaling/run.sh
-//! --smoke` (scaled down: 1 to 3 replicas, 15 s cooldowns, about 3 minutes), against the
-//! shipped build of lifeguard, and checks that its decisions came in the expected order
-//! and that what it writes exists and makes sense, so the benchmark cannot rot.
+//! --smoke` (scaled down: 1 to 3 replicas, 15 s cooldowns; both scenarios, about 6
+//! minutes), against the shipped build of lifeguard, and checks that its decisions came
+//! in the expected order, that each replica's drain ended once the balancer stopped
+//! sending, and that what it writes exists and makes sense, so the benchmark cannot rot.
 
 mod common;
 
@@ -13,9 +14,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// The whole command: the benchmark's virtualenv (pip, the first time), the run itself
-/// (under 4 minutes), the report. Generous for a loaded CI machine.
-const RUN_LIMIT: Duration = Duration::from_secs(15 * 60);
+/// The whole command: the benchmark's virtualenv (pip, the first time), the two
+/// scenarios (under 4 minutes each), the reports. Generous for a loaded CI machine.
+const RUN_LIMIT: Duration = Duration::from_secs(20 * 60);
 
 fn seconds(v: &Value, what: &str) -> f64 {
     v.as_f64()
@@ -112,19 +113,77 @@ fn the_scaling_benchmark_scales_out_on_lifeguards_data_first_and_back_in_without
     ) {
         return;
     }
-    for tool in ["haproxy", "unshare", "python3"] {
+    for tool in ["haproxy", "unshare", "nsenter", "ip", "python3"] {
         common::haproxy::installed(tool);
     }
     let lifeguard = common::static_binaries().join("lifeguard");
     let out = run_smoke(&lifeguard);
 
+    let cpu = check_scenario(&out.join("cpu"));
+    // The CPU-bound app: every model decides, lifeguard's 10 s data first (its CPU
+    // datapoints are never later than the 20 s ones, and the in-flight ones can only be
+    // earlier), the 1-minute data three minutes late last.
+    let models = &cpu["models"];
+    let replayed = seconds(&models["lifeguard"]["alarm"], "models.lifeguard.alarm");
+    let cpu20 = seconds(&models["cpu20"]["alarm"], "models.cpu20.alarm");
+    let late60 = seconds(&models["late60"]["alarm"], "models.late60.alarm");
+    assert!(
+        replayed <= cpu20 && cpu20 < late60,
+        "models out of order: lifeguard {replayed}, 20 s CPU {cpu20}, 1 min late {late60}"
+    );
+    assert!(
+        late60 >= 180.0,
+        "the 1-minute model decided {late60} s after the step, before its lag"
+    );
+
+    let worker = check_scenario(&out.join("worker"));
+    // The worker-bound app: its CPU stays under the CPU alarms' threshold, so neither
+    // CPU model ever decides, while lifeguard's in-flight alarm does.
+    let models = &worker["models"];
+    for key in ["cpu20", "cpu60"] {
+        assert!(
+            models[key]["alarm"].is_null(),
+            "the {key} model decided on a worker-bound app: {}",
+            models[key]
+        );
+    }
+    let cpu_max = seconds(
+        &worker["held_cpu_p50_max_during_step"],
+        "held_cpu_p50_max_during_step",
+    );
+    let threshold = seconds(&worker["config"]["cpu_threshold"], "config.cpu_threshold");
+    assert!(
+        cpu_max < threshold,
+        "the worker-bound app's CPU p50 reached {cpu_max} %"
+    );
+    assert!(
+        worker["live"]["alarm_name"]
+            .as_str()
+            .is_some_and(|a| a.starts_with("InFlight")),
+        "{}",
+        worker["live"]
+    );
+
+    let index = std::fs::read_to_string(out.join("results.md")).unwrap();
+    for link in ["(cpu/results.md)", "(worker/results.md)"] {
+        assert!(index.contains(link), "results.md has no {link}:\n{index}");
+    }
+    eprintln!("{index}");
+    let _ = std::fs::remove_dir_all(&out);
+}
+
+/// What every scenario must show: the live fleet scaled out on lifeguard's data soon
+/// after the step, came back in after it without losing a request, each drain ending
+/// once the balancer stopped sending; and its files. Returns its summary.
+fn check_scenario(out: &Path) -> Value {
     let summary: Value =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
+    let scenario = summary["config"]["scenario"].as_str().unwrap().to_string();
     assert_eq!(summary["mode"], "smoke", "{summary}");
     assert_eq!(
         summary["problems"].as_array().map(Vec::len),
         Some(0),
-        "{}",
+        "{scenario}: {}",
         summary["problems"]
     );
     let live = &summary["live"];
@@ -141,65 +200,86 @@ fn the_scaling_benchmark_scales_out_on_lifeguards_data_first_and_back_in_without
     );
     assert!(
         0.0 <= first_datum && first_datum <= alarm && alarm <= ready,
-        "out of order: datum {first_datum}, alarm {alarm}, ready {ready}"
+        "{scenario}: out of order: datum {first_datum}, alarm {alarm}, ready {ready}"
     );
     assert!(
         alarm <= 45.0,
-        "lifeguard's alarm came {alarm} s after the step: more than four 10 s periods"
+        "{scenario}: lifeguard's alarm came {alarm} s after the step: more than four 10 s periods"
     );
     assert!(
         live["scale_out_to"].as_u64() > summary["config"]["min"].as_u64(),
         "{live}"
     );
-
-    // The same decision on the held fleet's data through the three signal models:
-    // lifeguard's 10 s data first (its CPU datapoints are never later than the 20 s ones,
-    // and the in-flight ones can only be earlier), the 1-minute data three minutes late
-    // last.
     let replayed = seconds(&models["lifeguard"]["alarm"], "models.lifeguard.alarm");
-    let cpu20 = seconds(&models["cpu20"]["alarm"], "models.cpu20.alarm");
-    let late60 = seconds(&models["late60"]["alarm"], "models.late60.alarm");
     assert!(
-        replayed <= cpu20 && cpu20 < late60,
-        "models out of order: lifeguard {replayed}, 20 s CPU {cpu20}, 1 min late {late60}"
+        replayed <= 45.0,
+        "{scenario}: replayed lifeguard {replayed}"
     );
-    assert!(
-        late60 >= 180.0,
-        "the 1-minute model decided {late60} s after the step, before its lag"
-    );
-    assert!(alarm < late60, "live {alarm} vs 1 min late {late60}");
 
-    // Back in, after the load: every scale-in after the step ended, each drain clean,
-    // and nothing failed while a replica drained.
+    // Back in, after the load: every scale-in after the step ended, each drain clean
+    // and ended by the quiet rule well before --drain-max (each replica has a network
+    // namespace of its own), and nothing failed while a replica drained.
     let scale_ins = live["scale_ins"].as_array().unwrap();
-    assert!(!scale_ins.is_empty(), "no scale-in: {live}");
+    assert!(!scale_ins.is_empty(), "{scenario}: no scale-in: {live}");
     for s in scale_ins {
         let at = seconds(&s[0], "a scale-in's time");
         assert!(
             at >= step_len,
-            "a scale-in at {at} s, during the {step_len} s step (flapping): {live}"
+            "{scenario}: a scale-in at {at} s, during the {step_len} s step (flapping): {live}"
         );
     }
     let drains = live["drains"].as_array().unwrap();
     assert_eq!(drains.len(), scale_ins.len(), "{live}");
+    let goal = seconds(&live["drain_goal_s"], "live.drain_goal_s");
     for d in drains {
-        assert_eq!(d[2], 0, "a drained replica's exit: {d}");
+        assert_eq!(d[2], 0, "{scenario}: a drained replica's exit: {d}");
+        let took = seconds(&d[1], "a drain's length");
+        assert!(
+            took <= goal,
+            "{scenario}: a drain took {took} s, more than {goal} s: {d}"
+        );
+        assert!(
+            d[3].as_str()
+                .is_some_and(|l| l.contains("the port is quiet")),
+            "{scenario}: a drain not ended by the quiet rule: {d}"
+        );
     }
     assert!(live["settled"].is_number(), "{live}");
     let requests = &summary["requests"];
     assert_eq!(
         requests["during_drains"]["failed"], 0,
-        "requests failed while replicas drained: {requests}"
+        "{scenario}: requests failed while replicas drained: {requests}"
     );
-    let (sent, failed) = (
-        seconds(&requests["real"]["sent"], "requests.real.sent"),
-        seconds(&requests["real"]["failed"], "requests.real.failed"),
-    );
-    assert!(sent >= 500.0, "only {sent} requests through the real fleet");
+    let sent = seconds(&requests["real"]["sent"], "requests.real.sent");
     assert!(
-        failed <= sent / 100.0,
-        "{failed} of {sent} requests failed on the real fleet: {requests}"
+        sent >= 500.0,
+        "{scenario}: only {sent} requests through the real fleet"
     );
+    if scenario == "cpu" {
+        // Callers who wait 10 s: nothing fails on a fleet that scales.
+        let failed = seconds(&requests["real"]["failed"], "requests.real.failed");
+        assert!(
+            failed <= sent / 100.0,
+            "{failed} of {sent} requests failed on the real fleet: {requests}"
+        );
+    } else {
+        // Callers who give up after 3 s: the fleet that scales loses fewer than the one
+        // that does not.
+        let (real, held) = (
+            seconds(
+                &requests["real_step"]["failed"],
+                "requests.real_step.failed",
+            ),
+            seconds(
+                &requests["held_step"]["failed"],
+                "requests.held_step.failed",
+            ),
+        );
+        assert!(
+            real < held || held == 0.0,
+            "{scenario}: the scaled fleet failed {real} during the step, the held one {held}"
+        );
+    }
 
     // The files a person looks at.
     let md = std::fs::read_to_string(out.join("results.md")).unwrap();
@@ -231,5 +311,5 @@ fn the_scaling_benchmark_scales_out_on_lifeguards_data_first_and_back_in_without
         "requests.csv has {recorded} rows, the summary counts {sent}"
     );
     eprintln!("{md}");
-    let _ = std::fs::remove_dir_all(&out);
+    summary
 }

@@ -195,8 +195,10 @@ fn signals_the_c_library_reserves_are_forwarded_not_fatal_to_lifeguard() {
         run.signal(32);
         run.expect_exit(128 + 32);
     }
-    // With an app check naming a host, lookups run on a thread of their own, which the
-    // C library starts with signal 32 unblocked: lifeguard must re-block it there too.
+    // With an app check naming a host (lookups on a thread of their own) or the
+    // endpoint on, the helpers run: in a process of their own, so lifeguard itself
+    // stays one thread, and no thread the C library starts with signal 32 unblocked
+    // can take the signal meant for the app.
     let mut run = start(
         Mode::Subreaper,
         &args(
@@ -206,10 +208,7 @@ fn signals_the_c_library_reserves_are_forwarded_not_fatal_to_lifeguard() {
     );
     run.ready();
     let pid = run.pid;
-    wait_until("lifeguard's lookup thread to exist", || {
-        let threads = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.count();
-        (threads >= 2).then_some(())
-    });
+    helper_threads_running(pid, "the app check's lookup thread");
     run.signal(32);
     run.expect_exit(128 + 32);
     // With the endpoint on, the sampler runs on a thread of its own: the same.
@@ -220,12 +219,23 @@ fn signals_the_c_library_reserves_are_forwarded_not_fatal_to_lifeguard() {
     );
     run.ready();
     let pid = run.pid;
-    wait_until("lifeguard's metrics thread to exist", || {
-        let threads = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.count();
-        (threads >= 2).then_some(())
-    });
+    helper_threads_running(pid, "the sampler's thread");
     run.signal(32);
     run.expect_exit(128 + 32);
+}
+
+/// Waits until lifeguard (`pid`) has a helper process with threads running beside
+/// its one thread.
+fn helper_threads_running(pid: i32, what: &str) {
+    let threads = |p: i32| std::fs::read_dir(format!("/proc/{p}/task")).map_or(0, |d| d.count());
+    wait_until(what, || {
+        children(pid).into_iter().find(|c| {
+            threads(*c) >= 2
+                && std::fs::read_to_string(format!("/proc/{c}/comm"))
+                    .is_ok_and(|n| n.starts_with("lifeguard-helpe"))
+        })
+    });
+    assert_eq!(threads(pid), 1, "lifeguard itself runs one thread");
 }
 
 #[test]
@@ -276,9 +286,13 @@ fn behind_a_shell_sigtstp_stops_the_shell_and_reaches_the_apps_handler() {
     wait_until("the shell to resume", || {
         matches!(state(shell), Some('S' | 'R')).then_some(())
     });
-    run.signal(libc::SIGINT);
-    run.expect_line("signal INT");
-    run.expect_exit(128 + libc::SIGINT);
+    // The group is running again: a signal with a default action that kills reaches
+    // both. Not SIGINT: `dash -c` catches it (trap.c sets S_CATCH for SIGINT under -c) and
+    // acts on it only when its wait ends, so whether the shell dies of it or runs on to
+    // `true` depends on dash's timing; USR1 takes its default action at once.
+    run.signal(libc::SIGUSR1);
+    run.expect_line("signal USR1");
+    run.expect_exit(128 + libc::SIGUSR1);
 }
 
 #[test]

@@ -1,7 +1,10 @@
 """The scaling benchmark's moving parts on this machine: CPU-limited cgroups, replicas
-(lifeguard as PID 1 of a PID namespace of its own, the test server under it), HAProxy in
-front of them, and the CloudWatch emulator. Everything listens on 127.0.0.1 only.
+(lifeguard as PID 1 of a PID namespace and a network namespace of their own, the test
+server under it), HAProxy in front of them, and the CloudWatch emulator. Everything
+listens on 127.0.0.1 only: each replica on the loopback of its own network namespace,
+which HAProxy enters to reach it, the rest on the host's.
 """
+import ctypes
 import json
 import os
 import shlex
@@ -15,6 +18,14 @@ import urllib.request
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+
+# Every replica has a network namespace of its own, as every ECS task with awsvpc and
+# every Kubernetes pod has: the same ports in each, and lifeguard's quiet rule sees
+# only its own replica's connections.
+APP_PORT, LG_PORT = 8080, 9595
+NETNS_DIR = "/var/run/netns"  # where `ip netns add` names them, and HAProxy finds them
+CLONE_NEWNET = 0x40000000
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def free_port():
@@ -103,6 +114,43 @@ class Cgroups:
                 pass
 
 
+class Netns:
+    """A named network namespace with its loopback up (`ip netns add`), nothing else:
+    HAProxy's `namespace` keyword and the benchmark's own checks enter it, so no
+    address but 127.0.0.1 is ever used."""
+
+    def __init__(self, name):
+        self.name = name
+        self.path = os.path.join(NETNS_DIR, name)
+        # One left by a run that was killed: start clean.
+        subprocess.run(["ip", "netns", "delete", name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for argv in (["ip", "netns", "add", name], ["ip", "-n", name, "link", "set", "lo", "up"]):
+            done = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+            if done.returncode != 0:
+                raise RuntimeError(f"`{' '.join(argv)}` failed: {done.stdout.strip()}")
+
+    def socket(self):
+        """A TCP socket made inside the namespace. setns(2) moves the calling thread
+        only, and a socket belongs to the namespace it was made in, so the thread goes
+        in, makes it, and comes back at once."""
+        own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+        target = os.open(self.path, os.O_RDONLY)
+        try:
+            if _libc.setns(target, CLONE_NEWNET) != 0:
+                raise OSError(ctypes.get_errno(), f"setns into {self.name}")
+            try:
+                return socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            finally:
+                if _libc.setns(own, CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), "setns back to the benchmark's own network namespace")
+        finally:
+            os.close(own)
+            os.close(target)
+
+    def delete(self):
+        subprocess.run(["ip", "netns", "delete", self.name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def children(pid):
     try:
         with open(f"/proc/{pid}/task/{pid}/children") as f:
@@ -112,13 +160,14 @@ def children(pid):
 
 
 class Replica:
-    """One task: `unshare --pid --fork --mount-proc lifeguard ... -- server.py` in a
-    CPU-limited cgroup. lifeguard counts the server's in-flight requests on its port,
-    serves /readyz, and publishes to the emulator under the contract's environment."""
+    """One task: `nsenter --net=NS unshare --pid --fork --mount-proc lifeguard ... --
+    server.py` in a CPU-limited cgroup, in its slot's network namespace. lifeguard
+    counts the server's in-flight requests on its port, serves /readyz, and publishes
+    to the emulator under the contract's environment."""
 
-    def __init__(self, service, slot, app_port, lg_port, log_dir):
-        self.service, self.slot = service, slot
-        self.app_port, self.lg_port = app_port, lg_port
+    def __init__(self, service, slot, netns, log_dir):
+        self.service, self.slot, self.netns = service, slot, netns
+        self.app_port, self.lg_port = APP_PORT, LG_PORT
         self.name = f"{service}-{slot}"
         self.log_path = os.path.join(log_dir, f"replica-{self.name}.log")
         self.proc = None
@@ -130,6 +179,7 @@ class Replica:
     def start(self, cgroups, cfg, env, lifeguard, now):
         procs = cgroups.create(self.name, cfg["cpu_cores"])
         argv = [
+            "nsenter", f"--net={self.netns.path}",
             "unshare", "--pid", "--fork", "--mount-proc",
             lifeguard,
             "--listen", f"127.0.0.1:{self.lg_port}",
@@ -148,22 +198,28 @@ class Replica:
         joins = "; ".join(f"echo $$ > {p}" for p in procs)
         shell = f"{joins}; exec " + shlex.join(argv)
         self.log = open(self.log_path, "ab")
+        self.log_from = self.log.tell()  # a slot's log holds every launch of the slot
         self.proc = subprocess.Popen(
             ["sh", "-c", shell], env=env, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         self.launched = now
-        # lifeguard's pid as the host sees it: unshare's child.
+        # lifeguard's pid as the host sees it: unshare's child (nsenter execs unshare).
         kids = wait_for(f"{self.name}'s lifeguard to start", lambda: children(self.proc.pid) or self.proc.poll() is not None, 10)
         if kids is True or self.proc.poll() is not None:
             raise RuntimeError(f"{self.name} exited at once; see {self.log_path}")
         self.lifeguard_pid = kids[0]
 
     def readyz(self, timeout=0.5):
+        """Whether lifeguard's /readyz answers 200, asked on the replica's own loopback."""
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.lg_port}/readyz", timeout=timeout) as r:
-                return r.status == 200
-        except Exception:
+            with self.netns.socket() as s:
+                s.settimeout(timeout)
+                s.connect(("127.0.0.1", self.lg_port))
+                s.sendall(b"GET /readyz HTTP/1.1\r\nHost: bench\r\nConnection: close\r\n\r\n")
+                head = s.recv(64)
+            return head.startswith(b"HTTP/1.1 200")
+        except OSError:
             return False
 
     def terminate(self, now):
@@ -183,6 +239,20 @@ class Replica:
             self.exited = time.time()
             self.log.close()
         return code
+
+    def drain_end(self):
+        """lifeguard's line saying how this launch's drain ended (which rule decided),
+        from its log; None if there is none."""
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self.log_from)
+                text = f.read().decode(errors="replace")
+        except OSError:
+            return None
+        for line in text.splitlines():
+            if "drain over" in line or "drain-max reached" in line or "drain cut short" in line:
+                return line.split("lifeguard: ", 1)[-1].strip()
+        return None
 
     def kill(self):
         if self.proc is not None and self.proc.poll() is None:
@@ -214,13 +284,14 @@ def stop_server(proc, log):
 
 class HAProxy:
     """HAProxy on 127.0.0.1 with one frontend and backend per service and a slot per
-    possible replica, declared in maintenance. A slot is enabled (runtime API) once its
+    possible replica, declared in maintenance; each slot's server is 127.0.0.1 in the
+    slot's network namespace. A slot is enabled (runtime API) once its
     replica's /readyz answers 200, and put back in maintenance after the replica exits.
     HAProxy's own health check is lifeguard's /readyz (every second, one failure takes a
     server out): at a scale-in lifeguard's drain turns it 503 and HAProxy stops sending
     new requests, before lifeguard relays the SIGTERM to the server."""
 
-    def __init__(self, run_dir, services, check_inter):
+    def __init__(self, run_dir, services, check_inter, check_fall, relay_port):
         self.dir = run_dir
         self.sock = os.path.join(run_dir, "haproxy.sock")
         self.ports = {}
@@ -228,6 +299,10 @@ class HAProxy:
             "global",
             f"  stats socket {self.sock} level admin",
             "  maxconn 4096",
+            # The replicas' network namespaces, opened when HAProxy starts: a server's
+            # `namespace` makes HAProxy connect (and check) from inside it.
+            "namespace_list",
+            *[f"  namespace {r.netns.name}" for slots in services.values() for r in slots],
             "defaults",
             "  mode http",
             "  timeout connect 2s",
@@ -248,10 +323,23 @@ class HAProxy:
                 # An ALB's default algorithm.
                 "  balance roundrobin",
                 "  option httpchk GET /readyz",
-                f"  default-server inter {check_inter} fall 1 rise 1",
+                f"  default-server inter {check_inter} fall {check_fall} rise 1",
             ]
             for r in slots:
-                lines.append(f"  server {r.name} 127.0.0.1:{r.app_port} check port {r.lg_port} disabled")
+                lines.append(f"  server {r.name} 127.0.0.1:{r.app_port} namespace {r.netns.name} check port {r.lg_port} disabled")
+        # The way out of each replica's namespace to the CloudWatch emulator, as a
+        # task's network reaches CloudWatch: a TCP relay bound on the replica's own
+        # loopback at the emulator's port, so one endpoint URL serves everywhere.
+        # lifeguard sees it as another listener beside the app (a sidecar's).
+        for slots in services.values():
+            for r in slots:
+                lines += [
+                    f"listen relay-{r.netns.name}",
+                    "  mode tcp",
+                    "  no option http-server-close",
+                    f"  bind 127.0.0.1:{relay_port} namespace {r.netns.name}",
+                    f"  server emulator 127.0.0.1:{relay_port}",
+                ]
         with open(os.path.join(run_dir, "haproxy.cfg"), "w") as f:
             f.write("\n".join(lines) + "\n")
         self.log = open(os.path.join(run_dir, "haproxy.log"), "ab")

@@ -122,14 +122,17 @@ class Target:
     def clamp(self, n):
         return max(self.min, min(self.max, n))
 
-    def scale_out(self, now):
-        """The scale-out policy runs; returns the new desired count, or None (no change)."""
+    def scale_out(self, now, percent=None):
+        """A scale-out policy runs (`percent` its step, the target's own by default: the
+        saturated step's 400 comes this way); returns the new desired count, or None
+        (no change)."""
         in_cooldown = self.last_out is not None and now < self.last_out[0] + self.cooldown
         # During the cooldown the capacity the last scale-out added counts as already
         # there: the step is computed from the capacity before it, and only a larger
         # result adds more.
         base = self.last_out[1] if in_cooldown else self.desired
-        want = self.clamp(base + percent_change(base, self.out_percent, self.min_magnitude))
+        step = self.out_percent if percent is None else percent
+        want = self.clamp(base + percent_change(base, step, self.min_magnitude))
         if want <= self.desired:
             return None
         self.activities.append((now, "ScaleOut", self.desired, want))

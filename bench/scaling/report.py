@@ -1,6 +1,7 @@
-"""The scaling benchmark's figures: what the run measured (the real fleet, live), what
-the three signal models make of the held fleet's data (replayed), and the files that
-show it (summary.json, results.md; run.py has plot.py draw scaling.png).
+"""The scaling benchmark's figures: what a scenario's run measured (the real fleet,
+live), what the signal models make of the held fleet's data (replayed), and the files
+that show it (summary.json, results.md; run.py has plot.py draw scaling.png), and the
+index of both scenarios' headlines (results.md above their folders).
 
 Times are seconds from the load step. `problems` lists what makes the run fail (exit 1):
 no scale-out, decisions out of order, a drain that did not end cleanly, a fleet that
@@ -15,7 +16,6 @@ import statistics
 
 import model
 
-SERVICE, HELD = "web", "web-held"
 METRICS = ("RequestsInFlight", "CpuUtilization")
 
 
@@ -72,12 +72,26 @@ def first_datum_above(data, service, cfg, t_from):
     return best
 
 
+# The models in the order of the tables, with their rows' names.
+MODEL_NAMES = {
+    "lifeguard": "lifeguard, replayed on the held fleet",
+    "cpu20": "AWS 20-second CPU, replayed",
+    "cpu60": "AWS built-in 1-minute CPU, 3 min late, replayed",
+    "late60": "AWS 1-minute, 3 min late, with in-flight for the balancer's request count, replayed",
+}
+
+
 def signals(cfg):
+    lag = f"{cfg['late_lag'] // 60} min late"
     return [
         model.Signal("lifeguard", "lifeguard: 10 s datapoints + bursts (in-flight p50 and CPU p50)", cfg["period"], 0, list(METRICS)),
         model.Signal("cpu20", "AWS 20-second CPU (CPU p50 only)", cfg["cpu20_period"], 0, ["CpuUtilization"]),
+        # What ECS's default target tracking uses: the service's CPUUtilization.
+        model.Signal("cpu60", f"AWS built-in 1-minute CPU, {lag} (CPU p50 only)", cfg["late_period"], cfg["late_lag"], ["CpuUtilization"]),
+        # The balancer's RequestCountPerTarget is a 1-minute metric as late; AWS has no
+        # in-flight figure, so lifeguard's stands in for it: in AWS's favour.
         model.Signal(
-            "late60", f"AWS built-in 1-minute datapoints, {cfg['late_lag'] // 60} min late (in-flight p50 and CPU p50)",
+            "late60", f"AWS 1-minute datapoints, {lag} (in-flight p50 for the request count, and CPU p50)",
             cfg["late_period"], cfg["late_lag"], list(METRICS),
         ),
     ]
@@ -105,6 +119,7 @@ def replica_counts(events, service, t0, t1, step=1.0):
 
 
 def analyse(cfg, out, sim, data, started, ended):
+    SERVICE, HELD = cfg["service"], cfg["held_service"]
     t_step, t_step_end = sim.t_step, sim.t_step_end
     events = sim.log.events
     rel = lambda t: None if t is None else round(t - t_step, 1)
@@ -114,13 +129,13 @@ def analyse(cfg, out, sim, data, started, ended):
     # ---- the real fleet, live ----
     first = first_datum_above(data, SERVICE, cfg, t_step)
     alarm = next((e for e in events if e["kind"] == "alarm" and e["state"] == "ALARM" and e["alarm"] != "InFlightLow" and e["t"] >= t_step), None)
-    out_policy = next((e for e in events if e["kind"] == "policy" and e["policy"] == "ScaleOut" and e["acted"] and e["t"] >= t_step), None)
+    out_policy = next((e for e in events if e["kind"] == "policy" and e["policy"].startswith("ScaleOut") and e["acted"] and e["t"] >= t_step), None)
     new_ready = next((e for e in events if e["kind"] == "ready" and e["service"] == SERVICE and e["t"] >= t_step), None)
     launches = {e["replica"]: e["t"] for e in events if e["kind"] == "launch" and e["service"] == SERVICE and not e["initial"]}
     startups = [e["after"] for e in events if e["kind"] == "ready" and e["service"] == SERVICE and e["replica"] in launches and e["t"] >= t_step]
     startup = statistics.median(startups) if startups else None
     scale_ins = [e for e in events if e["kind"] == "policy" and e["policy"] == "ScaleIn" and e["acted"]]
-    scale_outs = [e for e in events if e["kind"] == "policy" and e["policy"] == "ScaleOut" and e["acted"]]
+    scale_outs = [e for e in events if e["kind"] == "policy" and e["policy"].startswith("ScaleOut") and e["acted"]]
     drains = [e for e in events if e["kind"] == "exited" and e["service"] == SERVICE]
     deaths = [e for e in events if e["kind"] == "died"]
     settled = next((e for e in events if e["kind"] == "settled"), None)
@@ -139,6 +154,11 @@ def analyse(cfg, out, sim, data, started, ended):
     for e in drains:
         if e["code"] != 0:
             problems.append(f"{e['replica']} exited with {e['code']} after its drain")
+    # Each replica in a network namespace of its own: a drain ends once the balancer has
+    # stopped sending, not at --drain-max.
+    late_drains = [e for e in drains if e["drain"] > cfg["drain_goal_s"]]
+    for e in late_drains:
+        problems.append(f"{e['replica']}'s drain took {e['drain']:.1f} s, more than the {cfg['drain_goal_s']:.0f} s goal ({e.get('drain_end')})")
     for e in deaths:
         problems.append(f"{e['replica']} died unasked (code {e['code']})")
 
@@ -155,7 +175,7 @@ def analyse(cfg, out, sim, data, started, ended):
     if real["sent"] == 0 or held["sent"] == 0:
         problems.append("no requests were recorded")
 
-    # ---- the held fleet, replayed through the three signal models ----
+    # ---- the held fleet, replayed through the signal models ----
     held_series = {m: model.Series.from_data(data, HELD, m) for m in METRICS}
     models = {}
     held_first = first_datum_above(data, HELD, cfg, t_step)
@@ -198,9 +218,10 @@ def analyse(cfg, out, sim, data, started, ended):
     # second per replica (a sample lifeguard cannot take is left out, not sent as 0).
     sampled = sum(c for t, _, c in held_series["RequestsInFlight"].points if t_step <= t < t_step_end)
     sample_share = sampled / (cfg["held"] * (t_step_end - t_step))
-    order = [models[k]["alarm"] for k in ("lifeguard", "cpu20", "late60")]
-    if None in order[:2]:
-        problems.append("a replayed model found no breach in the held fleet's data")
+    if models["lifeguard"]["alarm"] is None:
+        problems.append("lifeguard's replayed model found no breach in the held fleet's data")
+    # What a CPU alarm could see: the held fleet's CPU p50 per 10 s period of the step.
+    cpu_step = [v for _, _, _, v in signals(cfg)[0].datapoints(held_series, "CpuUtilization", t_step, t_step_end) if v is not None]
 
     summary = {
         "mode": cfg["mode"],
@@ -222,7 +243,9 @@ def analyse(cfg, out, sim, data, started, ended):
             "startup_s": startup,
             "scale_outs": [(rel(e["t"]), e["before"], e["after"], e["by"]) for e in scale_outs],
             "scale_ins": [(rel(e["t"]), e["before"], e["after"]) for e in scale_ins],
-            "drains": [(e["replica"], e["drain"], e["code"]) for e in drains],
+            "drains": [(e["replica"], e["drain"], e["code"], e.get("drain_end")) for e in drains],
+            "drain_goal_s": cfg["drain_goal_s"],
+            "drains_over_goal": len(late_drains),
             "settled": rel(settled["t"]) if settled else None,
             "max_replicas": max((n for _, n in replica_counts(events, SERVICE, started, ended)), default=0),
         },
@@ -232,6 +255,7 @@ def analyse(cfg, out, sim, data, started, ended):
         },
         "models": models,
         "held_samples_during_step": round(sample_share, 3),
+        "held_cpu_p50_max_during_step": max(cpu_step) if cpu_step else None,
         "problems": problems,
     }
     with open(os.path.join(out, "summary.json"), "w") as f:
@@ -249,14 +273,19 @@ def fmt(v, unit=" s"):
     return f"+{v:.0f}{unit}" if isinstance(v, (int, float)) and v >= 0 else f"{v}{unit}"
 
 
+def never(m):
+    """An alarm's time, or that it never went off while the data lasted."""
+    return fmt(m["alarm"]) if m.get("alarm") is not None else "never"
+
+
 def table(summary):
-    """The two markdown tables of results.md and bench/README.md."""
+    """The two markdown tables of a scenario's results.md and bench/README.md."""
     live, models, req = summary["live"], summary["models"], summary["requests"]
     c = summary["config"]
     def phases(m):
         p = m.get("phases") or {}
         if p.get("median") is None:
-            return "—"
+            return "never, in any of the 60" if p.get("none") else "—"
         none = f", none in {p['none']} of 60" if p["none"] else ""
         return f"+{p['median']:.0f} s (+{p['min']:.0f} to +{p['max']:.0f}{none})"
 
@@ -265,33 +294,39 @@ def table(summary):
         "|---|---|---|---|---|",
         f"| **lifeguard**, live on the real fleet: 10 s p50 + bursts | {fmt(live['first_datum'])} | {fmt(live['alarm'])} ({live['alarm_name']}, {c['min']} → {live['scale_out_to']}) | {fmt(live['first_new_replica_ready'])} | — (one run) |",
     ]
-    for key, name in (("lifeguard", "lifeguard, replayed on the held fleet"), ("cpu20", "AWS 20-second CPU, replayed"), ("late60", "AWS built-in 1-minute, 3 min late, replayed")):
-        m = models[key]
+    for key, name in MODEL_NAMES.items():
+        m = models.get(key)
+        if m is None:
+            continue
         note = " (after the step ended)" if m.get("after_step_ended") else ""
-        lines.append(f"| {name} | {fmt(m['first_datum'])} | {fmt(m['alarm'])}{note} | {fmt(m['new_replica_ready'])} | {phases(m)} |")
+        lines.append(f"| {name} | {fmt(m['first_datum'])} | {never(m)}{note} | {fmt(m['new_replica_ready'])} | {phases(m)} |")
     r, h = req["real"], req["held"]
     drains = live["drains"]
     drain_s = ", ".join(f"{d[1]:.1f}" for d in drains) or "—"
+    cpu_max = summary.get("held_cpu_p50_max_during_step")
     lines += [
         "",
-        "| over the whole run | real fleet (scaled on lifeguard's data) | held fleet (never scaled) |",
+        f"| over the whole run (callers give up after {c['request_timeout']:.0f} s) | real fleet (scaled on lifeguard's data) | held fleet (never scaled) |",
         "|---|---|---|",
         f"| requests (failed) | {r['sent']:,} ({r['failed']}) | {h['sent']:,} ({h['failed']}) |",
         f"| latency p50 / p99 | {r['p50_ms']:.0f} / {r['p99_ms']:.0f} ms | {h['p50_ms']:.0f} / {h['p99_ms']:.0f} ms |",
-        f"| during the step: requests, p99 | {req['real_step']['sent']:,}, {req['real_step']['p99_ms']:.0f} ms | {req['held_step']['sent']:,}, {req['held_step']['p99_ms']:.0f} ms |",
+        f"| during the step: requests (failed), p99 | {req['real_step']['sent']:,} ({req['real_step']['failed']}), {req['real_step']['p99_ms']:.0f} ms | {req['held_step']['sent']:,} ({req['held_step']['failed']}), {req['held_step']['p99_ms']:.0f} ms |",
+        f"| CPU p50 per 10 s during the step, highest | — | {'—' if cpu_max is None else f'{cpu_max:.0f} %'} (the CPU alarms' threshold: {c['cpu_threshold']:.0f} %) |",
         f"| replicas | {c['min']} → {live['max_replicas']} → {c['min']} | {c['held']} |",
-        f"| scale-ins and drains (SIGTERM → exit, s) | {len(live['scale_ins'])}: {drain_s}; requests started during them {req['during_drains']['sent']}, failed {req['during_drains']['failed']} | — |",
-        f"| in-flight samples published during the step, of one a second per replica | — | {summary['held_samples_during_step'] * 100:.0f} % |",
+        f"| scale-ins and drains (SIGTERM → exit, s; goal ≤ {live.get('drain_goal_s', 0):.0f} s) | {len(live['scale_ins'])}: {drain_s}; requests started during them {req['during_drains']['sent']}, failed {req['during_drains']['failed']} | — |",
+        f"| in-flight samples published during the step, of one a second per replica (counted by the datums sent in it: a datum's edge either way) | — | {summary['held_samples_during_step'] * 100:.0f} % |",
     ]
     return "\n".join(lines)
 
 
 def write(cfg, out, summary):
-    """results.md and summary.json (run.py draws scaling.png with plot.py: the plot
-    reads this module, not the other way round)."""
+    """A scenario's results.md and summary.json (run.py draws scaling.png with plot.py:
+    the plot reads this module, not the other way round)."""
     c = summary["config"]
     md = [
-        f"# Scaling benchmark: {summary['label']}",
+        f"# Scaling benchmark: {summary['label']}, {c['scenario']} scenario",
+        "",
+        f"{c['title'][0].upper()}{c['title'][1:]}; 8 workers a replica, each replica in a cgroup of 5 % of a core and a network namespace of its own.",
         "",
         f"{summary['date']}, {summary['machine']['cores']} cores, kernel {summary['machine']['kernel']}; "
         f"{summary['duration_s']:.0f} s. Times are from the load step ({c['users_low']} → {c['users_high']} users, "
@@ -307,3 +342,37 @@ def write(cfg, out, summary):
         md += ["**Problems:**", ""] + [f"- {p}" for p in summary["problems"]] + [""]
     with open(os.path.join(out, "results.md"), "w") as f:
         f.write("\n".join(md))
+
+
+def headline(summary):
+    """One row of the index: when each signal decides, and what the callers got."""
+    live, models, req = summary["live"], summary["models"], summary["requests"]
+    c = summary["config"]
+    drains = [d[1] for d in live["drains"]]
+    return (
+        f"| [{c['scenario']}]({c['scenario']}/results.md) | {fmt(live['alarm'])} | {never(models['cpu20'])} | {never(models['cpu60'])} "
+        f"| {never(models['late60'])} | {req['real_step']['failed']} of {req['real_step']['sent']:,}, p99 {req['real_step']['p99_ms'] / 1000:.1f} s "
+        f"| {req['held_step']['failed']} of {req['held_step']['sent']:,}, p99 {req['held_step']['p99_ms'] / 1000:.1f} s "
+        f"| {(f'{min(drains):.1f}–{max(drains):.1f} s' if drains else '—')}, {req['during_drains']['failed']} failed |"
+    )
+
+
+def write_index(out, summaries):
+    """results.md above the scenarios' folders: both headlines side by side."""
+    if not summaries:
+        return
+    s0 = summaries[0]
+    lines = [
+        f"# Scaling benchmark: {s0['label']}",
+        "",
+        f"{s0['date']}, {s0['machine']['cores']} cores. Each scenario's folder has its tables, plot and data; "
+        "bench/README.md says what this is and what it assumes. Times are from the load step; "
+        "\"never\": no datapoint of that signal crossed its alarm's threshold while the data lasted.",
+        "",
+        "| scenario | lifeguard's in-flight alarm (live) | AWS 20 s CPU | AWS 1-minute CPU, 3 min late | AWS 1-minute with in-flight for request count, 3 min late | during the step, scaled on lifeguard: failed, p99 | never scaled: failed, p99 | scale-in drains, failed during them |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [headline(s) for s in summaries]
+    lines += [""] + [f"![{s['config']['scenario']}]({s['config']['scenario']}/scaling.png)" for s in summaries] + [""]
+    with open(os.path.join(out, "results.md"), "w") as f:
+        f.write("\n".join(lines))

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The scaling benchmark's one command: builds lifeguard (release) and the benchmark's
 # virtualenv if needed, then runs bench/scaling/run.py with the arguments given.
-#   sudo bench/scaling/run.sh            # the full run, ~8 minutes, into bench/scaling/results/
-#   sudo bench/scaling/run.sh --smoke    # the scaled-down CI version, ~3 minutes
+#   sudo bench/scaling/run.sh            # the full run, both scenarios, ~17 minutes, into bench/scaling/results/
+#   sudo bench/scaling/run.sh --smoke    # the scaled-down CI version, both scenarios, ~6 minutes
+#   --scenario cpu|worker|both  the CPU-bound app, the worker-bound one, or both (the default)
 #   --lifeguard PATH  run that binary instead of building target/release/lifeguard
 #   --out DIR         write there
 set -euo pipefail

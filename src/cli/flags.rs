@@ -1,4 +1,4 @@
-//! The flags and their `LIFEGUARD_*` environment twins, as clap reads them (README "Options");
+//! The flags and their `LIFEGUARD_*` environment twins, as clap reads them (docs/reference.md);
 //! `cli::parse` turns them into `Settings`.
 #![forbid(unsafe_code)]
 
@@ -15,7 +15,9 @@ use crate::signal_names::{self, Signal};
 #[derive(Parser, Debug)]
 #[command(
     name = "lifeguard",
-    version,
+    version = super::VERSION,
+    // Wrapped to the terminal, at most 100 columns (and 100 without one).
+    max_term_width = 100,
     about = "PID 1 for containers: reaps zombies, forwards signals, drains before stopping, \
              and kills what outlives the grace deadline.",
     override_usage = "lifeguard [OPTIONS] [--] COMMAND [ARG...]\n       lifeguard --probe [ready|live|URL]",
@@ -78,6 +80,19 @@ pub(super) struct Cli {
     #[arg(long, env = "LIFEGUARD_INFLIGHT_PORT", value_name = "PORT", value_parser = parse_port,
           allow_negative_numbers = true)]
     pub(super) inflight_port: Option<u16>,
+
+    /// With METRICS_NAMESPACE: api = PutMetricData through the AWS SDK; emf = Embedded
+    /// Metric Format records to the CloudWatch agent at AWS_EMF_AGENT_ENDPOINT, else on
+    /// stdout for the log driver (no credentials, no AWS call)
+    #[arg(
+        long,
+        env = "METRICS_SINK",
+        value_name = "api|emf",
+        value_enum,
+        default_value = "api",
+        ignore_case = true
+    )]
+    pub(super) metrics_sink: crate::helper::cloudwatch::config::SinkKind,
 
     /// Client mode for HEALTHCHECK: GET lifeguard's own /readyz (ready), /livez (live), or
     /// URL; exit 0 on 2xx, 1 otherwise

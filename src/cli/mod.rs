@@ -1,4 +1,4 @@
-//! The command line (README "Options"): parsing and validation into `Settings`. The flags and
+//! The command line (docs/reference.md): parsing and validation into `Settings`. The flags and
 //! their twins are `flags`, the value parsers `values`, the tini and dumb-init
 //! variables `compat`.
 #![forbid(unsafe_code)]
@@ -7,14 +7,28 @@ use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+/// What `--version` says: the version, the commit and the target (build.rs).
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("LIFEGUARD_COMMIT"),
+    ", ",
+    env!("LIFEGUARD_TARGET"),
+    ")"
+);
+
+/// The defaults of `--drain-delay` and `--grace` (flags.rs has them as clap reads them).
+const DEFAULT_DRAIN_DELAY: Duration = Duration::from_secs(5);
+const DEFAULT_GRACE: Duration = Duration::from_secs(25);
+
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches};
 
-use crate::app_check::AppCheckKind;
-use crate::cloudwatch;
-use crate::lifecycle;
+use crate::helper::app_check::AppCheckKind;
+use crate::helper::cloudwatch;
+use crate::helper::metrics;
 use crate::logging::{self, Level};
-use crate::metrics;
+use crate::pid1::lifecycle;
 use crate::signal_names::{Rewrites, Signal};
 
 mod compat;
@@ -233,15 +247,21 @@ fn settings(
     // The probe runs beside a lifeguard configured by flags it does not see (the
     // ENTRYPOINT's); it must not refuse over settings it does not use.
     if probe.is_none() && cli.grace <= cli.drain_delay {
+        // Say which of the two the user did not set: `--grace 5` alone meets the
+        // default drain delay, and "(5s)" would read as a value they typed.
+        let default =
+            |d: Duration, default: Duration| if d == default { ", the default" } else { "" };
         return Err(format!(
-            "--grace ({}) must be longer than --drain-delay ({}): the grace deadline \
-             includes the drain",
+            "--grace ({}{}) must be longer than --drain-delay ({}{}): the grace deadline \
+             includes the drain; give both, e.g. --drain-delay 5s --grace 25s",
             humantime::format_duration(cli.grace),
-            humantime::format_duration(cli.drain_delay)
+            default(cli.grace, DEFAULT_GRACE),
+            humantime::format_duration(cli.drain_delay),
+            default(cli.drain_delay, DEFAULT_DRAIN_DELAY),
         ));
     }
     // Halfway from the drain delay to the grace deadline, so the app keeps time to shut
-    // down before the SIGKILL (issue #8).
+    // down before the SIGKILL.
     let drain_max = cli
         .drain_max
         .unwrap_or(cli.drain_delay + (cli.grace.saturating_sub(cli.drain_delay)) / 2);
@@ -298,7 +318,14 @@ fn settings(
         app_check,
         check_interval: cli.ready_interval,
         // The probe sees the image's environment too, and must not refuse over it.
-        cloudwatch: match cloudwatch::config::from_env(lookup) {
+        cloudwatch: match cloudwatch::config::from_env(lookup, cli.metrics_sink) {
+            // A build without the SDK (no cargo feature cloudwatch-api) cannot call the
+            // API: said once (below), and the app runs without publishing.
+            Ok(Some(config))
+                if config.sink == cloudwatch::config::Sink::Api && !cloudwatch::API_BUILT =>
+            {
+                None
+            }
             Ok(config) => config,
             Err(_) if probe.is_some() => None,
             Err(message) => return Err(message),
@@ -322,7 +349,21 @@ fn settings(
                 "{} ignored: CloudWatch publishing is off without METRICS_NAMESPACE",
                 ignored.join(", ")
             )],
-        },
+        }
+        .into_iter()
+        .chain(
+            (probe.is_none()
+                && !cloudwatch::API_BUILT
+                && cli.metrics_sink == cloudwatch::config::SinkKind::Api
+                && lookup("METRICS_NAMESPACE").is_some_and(|n| !n.trim().is_empty()))
+            .then(|| {
+                "this lifeguard was built without the CloudWatch API (cargo feature \
+                 cloudwatch-api off): METRICS_SINK=api publishes nothing; set METRICS_SINK=emf \
+                 to publish the same metrics as Embedded Metric Format log records"
+                    .to_string()
+            }),
+        )
+        .collect(),
         probe,
     })
 }

@@ -6,8 +6,13 @@ use std::io;
 
 use crate::signal_names::Signal;
 
+/// lifeguard's pid: the supervisor's. Read once and kept, so the helper process,
+/// forked after the first call, still sees its parent's (every caller of this one
+/// means lifeguard as the app's parent: the walk of its descendants, `is_pid1`).
+/// PID 1 calls it before the first fork (pid1::supervise).
 pub fn own_pid() -> i32 {
-    std::process::id() as i32
+    static PID: std::sync::OnceLock<i32> = std::sync::OnceLock::new();
+    *PID.get_or_init(|| std::process::id() as i32)
 }
 
 pub fn is_pid1() -> bool {

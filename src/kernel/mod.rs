@@ -4,6 +4,7 @@
 //! note. The rest of lifeguard uses `kernel::*` and does not see the split.
 #![allow(unsafe_code)]
 
+mod helper_process;
 mod kill;
 mod limits;
 mod proc;
@@ -12,10 +13,12 @@ mod signal_inbox;
 mod stdio;
 mod terminal;
 
+pub use helper_process::{fork_helper, leave, proc_self_pid, shared_words};
 pub use kill::{is_pid1, own_pid, send, signal_everything_in_namespace};
 pub use limits::{raise_descriptor_limit, tune_listener};
 pub use proc::{
     descendant_proc_pids, descendants, handles, own_children, proc_view, Descendant, ProcView,
+    SupervisorPending,
 };
 pub use process::{
     app_stopped, become_subreaper, has_children, reap_one, set_parent_death_signal, spawn_app,

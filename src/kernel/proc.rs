@@ -1,4 +1,4 @@
-//! /proc: which namespace's it is (README, "Lifecycle": whose /proc), lifeguard's descendants
+//! /proc: which namespace's it is (docs/lifecycle.md: whose /proc), lifeguard's descendants
 //! through the kernel's child lists (for supervision, and their /proc pids for the
 //! sampler), and a process's signal state.
 #![allow(unsafe_code)]
@@ -34,8 +34,8 @@ pub struct Descendant {
     pub proc_pid: i32,
 }
 
-/// How the mounted /proc relates to lifeguard's PID namespace (README "Lifecycle", "Whose
-/// /proc"; issue #9). `unshare --pid --fork` without `--mount-proc`, and some
+/// How the mounted /proc relates to lifeguard's PID namespace (docs/lifecycle.md, "Whose
+/// /proc"). `unshare --pid --fork` without `--mount-proc`, and some
 /// sandboxes, leave PID 1 with the host's /proc, where /proc/1 is the host's init.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProcView {
@@ -293,5 +293,96 @@ mod tests {
         assert_eq!(ns_ids("NSpid:\t12\t3\n", "NSpid:"), Some(vec![12, 3]));
         assert_eq!(ns_ids("NSpid:\t12 x\n", "NSpid:"), None);
         assert_eq!(ns_ids("Pid:\t12\n", "NSpid:"), None);
+    }
+}
+
+/// Whether a SIGTERM waits, not yet read, for lifeguard (the supervisor): its /proc
+/// status's `ShdPnd` (a signal sent to the process) and `SigPnd`, read from another
+/// process (the helper's endpoint). The file is opened once and read again from its
+/// start each time (one pread): /proc regenerates it on every read.
+pub struct SupervisorPending {
+    status: std::fs::File,
+    /// The last reading, and when it began (nanoseconds from `since`, plus one: zero is
+    /// "never"). A reading answers every question asked before it began — a burst of
+    /// probes that arrived together pays for one read, where a read per probe (12 µs:
+    /// /proc builds the whole status text) halved `/readyz`'s throughput — and never
+    /// one asked after: a reading kept for a fixed time once answered `ready` to a
+    /// probe sent a quarter of a millisecond after the SIGTERM.
+    since: std::time::Instant,
+    read_at: std::sync::atomic::AtomicU64,
+    pending: std::sync::atomic::AtomicBool,
+}
+
+impl SupervisorPending {
+    /// None where /proc shows nothing of lifeguard.
+    pub fn open() -> Option<SupervisorPending> {
+        let pid = proc_view().own_entry()?;
+        let status = std::fs::File::open(format!("/proc/{pid}/status")).ok()?;
+        Some(SupervisorPending {
+            status,
+            since: std::time::Instant::now(),
+            read_at: std::sync::atomic::AtomicU64::new(0),
+            pending: std::sync::atomic::AtomicBool::new(false),
+        })
+    }
+
+    /// Whether a SIGTERM is pending, by a reading that began no earlier than `asked`
+    /// (when the question's request had been read whole: anything sent before it, a
+    /// kill(2) included, is in the kernel's set by then).
+    pub fn term_pending(&self, asked: std::time::Instant) -> bool {
+        use std::os::unix::fs::FileExt;
+        use std::sync::atomic::Ordering;
+        let nanos =
+            |at: std::time::Instant| at.saturating_duration_since(self.since).as_nanos() as u64 + 1;
+        let last = self.read_at.load(Ordering::Acquire);
+        if last != 0 && last >= nanos(asked) {
+            return self.pending.load(Ordering::Acquire);
+        }
+        let began = nanos(std::time::Instant::now());
+        let mut buf = [0u8; 4096];
+        let pending = match self.status.read_at(&mut buf, 0) {
+            Ok(n) => pending_in(&buf[..n], Signal(libc::SIGTERM)),
+            Err(_) => false,
+        };
+        self.pending.store(pending, Ordering::Release);
+        self.read_at.store(began, Ordering::Release);
+        pending
+    }
+}
+
+/// Whether `signal` is in the `SigPnd` or `ShdPnd` mask of a /proc status text.
+fn pending_in(status: &[u8], signal: Signal) -> bool {
+    let text = String::from_utf8_lossy(status);
+    ["SigPnd:", "ShdPnd:"].iter().any(|field| {
+        text.lines()
+            .find_map(|l| l.strip_prefix(field))
+            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+            .is_some_and(|bits| bits & (1 << (signal.0 - 1)) != 0)
+    })
+}
+
+#[cfg(test)]
+mod pending_tests {
+    use super::*;
+
+    #[test]
+    fn a_pending_sigterm_is_read_from_either_mask() {
+        let status = |sig: &str, shd: &str| {
+            format!("Name:\tlifeguard\nSigPnd:\t{sig}\nShdPnd:\t{shd}\nSigBlk:\tfffffffe7ffbfeff\n")
+        };
+        let term = Signal(libc::SIGTERM);
+        assert!(pending_in(
+            status("0000000000000000", "0000000000004000").as_bytes(),
+            term
+        ));
+        assert!(pending_in(
+            status("0000000000004000", "0000000000000000").as_bytes(),
+            term
+        ));
+        assert!(!pending_in(
+            status("0000000000000000", "0000000000000002").as_bytes(),
+            term
+        ));
+        assert!(!pending_in(b"garbage", term));
     }
 }

@@ -19,7 +19,7 @@ static INHERITED_IGNORED: AtomicU64 = AtomicU64::new(0);
 static INHERITED_CAPTURED: AtomicBool = AtomicBool::new(false);
 
 /// Runs from `.init_array`, before Rust's runtime start-up sets SIGPIPE to "ignore": it is
-/// the only moment the ignored set lifeguard inherited can still be read (README "Lifecycle": the
+/// the only moment the ignored set lifeguard inherited can still be read (docs/lifecycle.md: the
 /// app gets the mask and ignored set lifeguard was started with, as under tini).
 extern "C" fn capture_inherited_signal_state() {
     // The kernel's own view, reserved real-time signals included (libc hides those).
@@ -36,8 +36,8 @@ extern "C" fn capture_inherited_signal_state() {
 }
 
 // The structures below are laid out by hand, as the kernel's uapi headers define them,
-// for the two architectures lifeguard is built and tested for (scripts/build-static.sh;
-// issue #10). Another architecture must be checked against its headers first: some differ
+// for the two architectures lifeguard is built and tested for (scripts/build-static.sh).
+// Another architecture must be checked against its headers first: some differ
 // (alpha, mips and sparc have their own sigaction; mips has 128 signals).
 #[cfg(not(all(
     target_os = "linux",
@@ -346,7 +346,6 @@ impl AsRawFd for SignalInbox {
         self.fd.as_raw_fd()
     }
 }
-
 /// Whether `signal` has arrived and waits in the inbox, not yet read by the loop.
 pub fn signal_pending(signal: Signal) -> bool {
     let mut pending: KernelSigset = 0;

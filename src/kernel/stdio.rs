@@ -6,7 +6,7 @@ use std::io;
 use std::os::fd::{FromRawFd, OwnedFd};
 
 /// A way to write lifeguard's log lines to stderr that never waits for a reader, so no
-/// writer thread is needed (issue #9): stderr is shared with the app, so its own file
+/// writer thread is needed: stderr is shared with the app, so its own file
 /// description must not change.
 pub enum QuickStderr {
     /// A pipe, FIFO or terminal: a description of lifeguard's own, opened again

@@ -21,7 +21,7 @@ const BUILT_LIFEGUARD: &str = env!("CARGO_BIN_EXE_lifeguard");
 /// process it starts, and an execve from it is the host kernel's (see `emulated`).
 pub const TESTAPP: &str = env!("CARGO_BIN_EXE_lifeguard-testapp");
 
-/// The one place the binary under test comes from (issue #10): `TEST_LIFEGUARD_BIN`, a
+/// The one place the binary under test comes from: `TEST_LIFEGUARD_BIN`, a
 /// lifeguard built elsewhere (`scripts/build-static.sh aarch64`), run through
 /// `TEST_LIFEGUARD_RUNNER` (a command and its arguments, split on spaces, e.g.
 /// `qemu-aarch64-static`); by default the lifeguard cargo built, run directly. Named
@@ -664,6 +664,30 @@ pub fn static_binaries() -> std::path::PathBuf {
         )
         .join(STATIC_TARGET)
         .join("release")
+    })
+    .clone()
+}
+
+/// The build without the AWS SDK (`--no-default-features`), static, in the `slim`
+/// profile it ships in (scripts/test-slim.sh builds the same), built once per test
+/// binary.
+pub fn slim_binaries() -> std::path::PathBuf {
+    static DIR: std::sync::OnceLock<std::path::PathBuf> = std::sync::OnceLock::new();
+    DIR.get_or_init(|| {
+        build(
+            "slim",
+            &[
+                "--profile",
+                "slim",
+                "--locked",
+                "--no-default-features",
+                "--target",
+                STATIC_TARGET,
+            ],
+            &format!("the slim static build (rustup target add {STATIC_TARGET})"),
+        )
+        .join(STATIC_TARGET)
+        .join("slim")
     })
     .clone()
 }

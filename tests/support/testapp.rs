@@ -28,6 +28,9 @@
 //!   --die-on-term     the web server's SIGTERM is fatal at once, as for an app with no
 //!                     handler: requests in flight are lost
 //!   --burn            spin one thread on the CPU for ever
+//!   --burn-threads N  spin N threads on the CPU for ever
+//!   --spew N          after ready, write N numbered lines to stdout, 500 at a time as
+//!                     fast as it can, 100 ms between batches
 //!   --hold-mb N       allocate and touch N MiB, and keep them
 #![allow(unsafe_code)]
 
@@ -47,7 +50,8 @@ fn main() {
     let mut http_addr = None;
     let mut keep_alive = false;
     let mut die_on_term = false;
-    let mut burn = false;
+    let mut burn = 0usize;
+    let mut spew = 0usize;
     let mut hold_mb = 0usize;
     let mut thread_outlives_main = false;
     let mut defaulted = Vec::new();
@@ -82,7 +86,9 @@ fn main() {
             }
             "--keep-alive" => keep_alive = true,
             "--die-on-term" => die_on_term = true,
-            "--burn" => burn = true,
+            "--burn" => burn = 1,
+            "--spew" => spew = value().parse().expect("--spew N"),
+            "--burn-threads" => burn = value().parse().expect("--burn-threads N"),
             "--hold-mb" => hold_mb = value().parse().unwrap(),
             other => panic!("testapp: unknown option {other}"),
         }
@@ -135,7 +141,7 @@ fn main() {
     }
     let server = http_addr.map(|addr| web::Server::start(&addr, keep_alive));
     let held: Vec<u8> = hold(hold_mb);
-    if burn {
+    for _ in 0..burn {
         std::thread::spawn(|| {
             let mut x = 0u64;
             loop {
@@ -144,6 +150,23 @@ fn main() {
         });
     }
     say("ready");
+    if spew > 0 {
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let pad = "x".repeat(100);
+            for batch in (0..spew).collect::<Vec<_>>().chunks(500) {
+                let mut out = std::io::stdout().lock();
+                for i in batch {
+                    // One write per line, as an app's logger makes them.
+                    let _ = out.write_all(format!("spew {i:06} {pad}\n").as_bytes());
+                    let _ = out.flush();
+                }
+                drop(out);
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            say("spew done");
+        });
+    }
     if let Some(n) = exit_now {
         std::process::exit(n);
     }

@@ -1,0 +1,385 @@
+//! The environment contract of the ECS scaling module:
+//! `METRICS_NAMESPACE`, `METRICS_INTERVAL`, `METRICS_DIMENSIONS`,
+//! `METRICS_BURST_THRESHOLD`. A value that cannot be used is refused at start, naming
+//! the variable and the accepted form: a typo in a task definition should fail the
+//! deploy, not publish nothing for months.
+#![forbid(unsafe_code)]
+
+use std::time::Duration;
+
+/// CloudWatch allows at most 30 dimensions per metric.
+pub const MAX_DIMENSIONS: usize = 30;
+const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Config {
+    /// Where the figures go: the PutMetricData API, or Embedded Metric Format records.
+    pub sink: Sink,
+    pub namespace: String,
+    /// One PutMetricData this often (and after every burst publish).
+    pub interval: Duration,
+    pub dimensions: Vec<(String, String)>,
+    /// A 1-second in-flight sample at or above this publishes at once; None: no burst.
+    pub burst_threshold: Option<u64>,
+}
+
+/// `METRICS_SINK` (`--metrics-sink`): the two ways to CloudWatch.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum SinkKind {
+    /// PutMetricData through the AWS SDK (credentials and the permission needed).
+    #[default]
+    Api,
+    /// Embedded Metric Format log records: to the CloudWatch agent, or on stdout for
+    /// the log driver (no credentials, no AWS call).
+    Emf,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Sink {
+    Api,
+    /// EMF records to the agent at `AWS_EMF_AGENT_ENDPOINT`, or to stdout.
+    Emf(Option<Agent>),
+}
+
+/// The CloudWatch agent's EMF listener, as AWS's embedded-metrics libraries name it:
+/// `tcp://host:port` or `udp://host:port` in `AWS_EMF_AGENT_ENDPOINT`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Agent {
+    Tcp(String, u16),
+    Udp(String, u16),
+}
+
+/// Reads the contract; `Ok(None)` when publishing is off (no namespace).
+pub fn from_env(
+    lookup: &impl Fn(&str) -> Option<String>,
+    sink: SinkKind,
+) -> Result<Option<Config>, String> {
+    let Some(namespace) = lookup("METRICS_NAMESPACE").filter(|n| !n.trim().is_empty()) else {
+        return Ok(None);
+    };
+    let set = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+    Ok(Some(Config {
+        sink: match sink {
+            SinkKind::Api => Sink::Api,
+            SinkKind::Emf => Sink::Emf(match set("AWS_EMF_AGENT_ENDPOINT") {
+                Some(text) => Some(agent_of(&text)?),
+                None => None,
+            }),
+        },
+        namespace: namespace_of(namespace.trim())?,
+        interval: match set("METRICS_INTERVAL") {
+            Some(text) => interval_of(&text)?,
+            None => DEFAULT_INTERVAL,
+        },
+        dimensions: match set("METRICS_DIMENSIONS") {
+            Some(text) => dimensions_of(&text)?,
+            None => Vec::new(),
+        },
+        burst_threshold: match set("METRICS_BURST_THRESHOLD") {
+            Some(text) => threshold_of(&text)?,
+            None => None,
+        },
+    }))
+}
+
+/// The METRICS_* variables set while METRICS_NAMESPACE is not: publishing is off, so
+/// they are ignored, and said to be (a warning, not a refusal: a platform may set them
+/// for every task, publishing or not, and an unused value must not fail a deploy).
+pub fn ignored(lookup: &impl Fn(&str) -> Option<String>) -> Vec<&'static str> {
+    if lookup("METRICS_NAMESPACE").is_some_and(|n| !n.trim().is_empty()) {
+        return Vec::new();
+    }
+    [
+        "METRICS_INTERVAL",
+        "METRICS_DIMENSIONS",
+        "METRICS_BURST_THRESHOLD",
+    ]
+    .into_iter()
+    .filter(|name| lookup(name).is_some_and(|v| !v.trim().is_empty()))
+    .collect()
+}
+
+/// CloudWatch's rule: 1-255 characters of letters, digits and `. - _ / # :` (and
+/// spaces), not beginning with `AWS/` (reserved for AWS's own services).
+fn namespace_of(text: &str) -> Result<String, String> {
+    let form = "expected a namespace like MyCompany/web: 1-255 letters, digits, spaces or . - _ / # :, not beginning with AWS/";
+    let allowed = |c: char| c.is_ascii_alphanumeric() || " .-_/#:".contains(c);
+    if text.len() > 255 || !text.chars().all(allowed) {
+        return Err(format!("METRICS_NAMESPACE '{text}' cannot be used: {form}"));
+    }
+    if text.starts_with("AWS/") {
+        return Err(format!(
+            "METRICS_NAMESPACE '{text}' is reserved for AWS's own metrics: {form}"
+        ));
+    }
+    Ok(text.to_string())
+}
+
+fn interval_of(text: &str) -> Result<Duration, String> {
+    // CloudWatch's high resolution is one second; a shorter interval would leave each
+    // call less time than it takes.
+    let form = "expected a positive number of seconds, 1 or more, like 10 or 30";
+    match text.trim().parse::<f64>() {
+        Ok(secs) if secs.is_finite() && (1.0..=86_400.0).contains(&secs) => {
+            Ok(Duration::from_secs_f64(secs))
+        }
+        _ => Err(format!("METRICS_INTERVAL '{text}' cannot be used: {form}")),
+    }
+}
+
+/// `K=V,K=V`; each name 1-255 characters, each value 1-1024 (CloudWatch's limits).
+fn dimensions_of(text: &str) -> Result<Vec<(String, String)>, String> {
+    let form =
+        "expected NAME=VALUE pairs separated by commas, like ClusterName=prod,ServiceName=web";
+    let mut dimensions: Vec<(String, String)> = Vec::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let Some((name, value)) = pair.split_once('=') else {
+            return Err(format!("METRICS_DIMENSIONS: '{pair}' has no '=': {form}"));
+        };
+        let (name, value) = (name.trim(), value.trim());
+        if name.is_empty() || value.is_empty() || name.len() > 255 || value.len() > 1024 {
+            return Err(format!(
+                "METRICS_DIMENSIONS: '{pair}' needs a name (1-255 characters) and a value (1-1024): {form}"
+            ));
+        }
+        if dimensions.iter().any(|(n, _)| n == name) {
+            return Err(format!(
+                "METRICS_DIMENSIONS: '{name}' is given twice: {form}"
+            ));
+        }
+        dimensions.push((name.to_string(), value.to_string()));
+    }
+    if dimensions.len() > MAX_DIMENSIONS {
+        return Err(format!(
+            "METRICS_DIMENSIONS has {} dimensions; CloudWatch takes at most {MAX_DIMENSIONS}: {form}",
+            dimensions.len()
+        ));
+    }
+    Ok(dimensions)
+}
+
+/// `tcp://host:port` or `udp://host:port`.
+fn agent_of(text: &str) -> Result<Agent, String> {
+    let form = "expected tcp://HOST:PORT or udp://HOST:PORT, like tcp://127.0.0.1:25888";
+    let fail = || format!("AWS_EMF_AGENT_ENDPOINT '{text}' cannot be used: {form}");
+    let (scheme, rest) = text.trim().split_once("://").ok_or_else(fail)?;
+    let (host, port) = rest.rsplit_once(':').ok_or_else(fail)?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let port: u16 = port.parse().ok().filter(|p| *p > 0).ok_or_else(fail)?;
+    if host.is_empty() {
+        return Err(fail());
+    }
+    match scheme {
+        "tcp" => Ok(Agent::Tcp(host.to_string(), port)),
+        "udp" => Ok(Agent::Udp(host.to_string(), port)),
+        _ => Err(fail()),
+    }
+}
+
+fn threshold_of(text: &str) -> Result<Option<u64>, String> {
+    match text.trim().parse::<u64>() {
+        Ok(0) => Ok(None),
+        Ok(n) => Ok(Some(n)),
+        Err(_) => Err(format!(
+            "METRICS_BURST_THRESHOLD '{text}' cannot be used: expected a whole number of requests, 0 or more (0: no burst publishing)"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn read(pairs: &[(&str, &str)]) -> Result<Option<Config>, String> {
+        let env: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let sink = match env.get("METRICS_SINK").map(String::as_str) {
+            Some("emf") => SinkKind::Emf,
+            _ => SinkKind::Api,
+        };
+        from_env(&|name: &str| env.get(name).cloned(), sink)
+    }
+
+    #[test]
+    fn the_emf_sink_takes_the_agent_as_aws_libraries_name_it() {
+        let emf = |agent: Option<&str>| {
+            let mut pairs = vec![("METRICS_NAMESPACE", "Acme/web"), ("METRICS_SINK", "emf")];
+            if let Some(agent) = agent {
+                pairs.push(("AWS_EMF_AGENT_ENDPOINT", agent));
+            }
+            read(&pairs).map(|c| c.unwrap().sink)
+        };
+        assert_eq!(emf(None), Ok(Sink::Emf(None)));
+        assert_eq!(
+            emf(Some("tcp://127.0.0.1:25888")),
+            Ok(Sink::Emf(Some(Agent::Tcp("127.0.0.1".into(), 25888))))
+        );
+        assert_eq!(
+            emf(Some("udp://[::1]:25888")),
+            Ok(Sink::Emf(Some(Agent::Udp("::1".into(), 25888))))
+        );
+        for bad in [
+            "127.0.0.1:25888",
+            "http://agent:25888",
+            "tcp://agent",
+            "tcp://:1",
+            "tcp://a:0",
+        ] {
+            let err = emf(Some(bad)).unwrap_err();
+            assert!(
+                err.starts_with("AWS_EMF_AGENT_ENDPOINT") && err.contains("tcp://HOST:PORT"),
+                "{bad}: {err}"
+            );
+        }
+        // The API sink ignores the agent.
+        let api = read(&[
+            ("METRICS_NAMESPACE", "A/b"),
+            ("AWS_EMF_AGENT_ENDPOINT", "junk"),
+        ]);
+        assert_eq!(api.unwrap().unwrap().sink, Sink::Api);
+    }
+
+    #[test]
+    fn off_without_a_namespace_and_defaults_with_one() {
+        assert_eq!(read(&[]), Ok(None));
+        assert_eq!(
+            read(&[("METRICS_NAMESPACE", " "), ("METRICS_INTERVAL", "x")]),
+            Ok(None)
+        );
+        assert_eq!(
+            read(&[("METRICS_NAMESPACE", "Acme/web")]),
+            Ok(Some(Config {
+                sink: Sink::Api,
+                namespace: "Acme/web".into(),
+                interval: Duration::from_secs(10),
+                dimensions: vec![],
+                burst_threshold: None,
+            }))
+        );
+    }
+
+    #[test]
+    fn variables_without_a_namespace_are_named_as_ignored() {
+        let env = |pairs: &'static [(&'static str, &'static str)]| {
+            move |name: &str| {
+                pairs
+                    .iter()
+                    .find(|(k, _)| *k == name)
+                    .map(|(_, v)| v.to_string())
+            }
+        };
+        assert_eq!(
+            ignored(&env(&[
+                ("METRICS_INTERVAL", "abc"),
+                ("METRICS_DIMENSIONS", "")
+            ])),
+            vec!["METRICS_INTERVAL"]
+        );
+        assert!(ignored(&env(&[
+            ("METRICS_NAMESPACE", "a/b"),
+            ("METRICS_INTERVAL", "30")
+        ]))
+        .is_empty());
+    }
+
+    #[test]
+    fn the_contract_as_the_scaling_module_sets_it() {
+        let c = read(&[
+            ("METRICS_NAMESPACE", "prod/web"),
+            ("METRICS_INTERVAL", "30"),
+            ("METRICS_DIMENSIONS", "ClusterName=prod, ServiceName=web"),
+            ("METRICS_BURST_THRESHOLD", "50"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.interval, Duration::from_secs(30));
+        assert_eq!(
+            c.dimensions,
+            vec![
+                ("ClusterName".into(), "prod".into()),
+                ("ServiceName".into(), "web".into())
+            ]
+        );
+        assert_eq!(c.burst_threshold, Some(50));
+        let c = read(&[("METRICS_NAMESPACE", "a"), ("METRICS_BURST_THRESHOLD", "0")]);
+        assert_eq!(c.unwrap().unwrap().burst_threshold, None);
+    }
+
+    #[test]
+    fn unusable_values_name_the_variable_and_the_form() {
+        let ns = ("METRICS_NAMESPACE", "prod/web");
+        for (pairs, variable, form) in [
+            (
+                vec![ns, ("METRICS_INTERVAL", "0")],
+                "METRICS_INTERVAL",
+                "positive number",
+            ),
+            (
+                vec![ns, ("METRICS_INTERVAL", "-5")],
+                "METRICS_INTERVAL",
+                "positive number",
+            ),
+            (
+                vec![ns, ("METRICS_INTERVAL", "10s")],
+                "METRICS_INTERVAL",
+                "positive number",
+            ),
+            (
+                vec![ns, ("METRICS_BURST_THRESHOLD", "-1")],
+                "METRICS_BURST_THRESHOLD",
+                "whole number",
+            ),
+            (
+                vec![ns, ("METRICS_BURST_THRESHOLD", "1.5")],
+                "METRICS_BURST_THRESHOLD",
+                "whole number",
+            ),
+            (
+                vec![ns, ("METRICS_DIMENSIONS", "ClusterName")],
+                "METRICS_DIMENSIONS",
+                "NAME=VALUE",
+            ),
+            (
+                vec![ns, ("METRICS_DIMENSIONS", "A=1,=2")],
+                "METRICS_DIMENSIONS",
+                "NAME=VALUE",
+            ),
+            (
+                vec![ns, ("METRICS_DIMENSIONS", "A=1,A=2")],
+                "METRICS_DIMENSIONS",
+                "twice",
+            ),
+            (
+                vec![("METRICS_NAMESPACE", "AWS/ECS")],
+                "METRICS_NAMESPACE",
+                "reserved",
+            ),
+            (
+                vec![("METRICS_NAMESPACE", "web$")],
+                "METRICS_NAMESPACE",
+                "1-255",
+            ),
+        ] {
+            let err = read(&pairs).unwrap_err();
+            assert!(
+                err.contains(variable) && err.contains(form),
+                "{pairs:?}: {err}"
+            );
+        }
+        let many: String = (0..31).map(|i| format!("D{i}=v,")).collect();
+        let err = read(&[ns, ("METRICS_DIMENSIONS", &many)]).unwrap_err();
+        assert!(err.contains("at most 30"), "{err}");
+        let thirty: String = (0..30).map(|i| format!("D{i}=v,")).collect();
+        assert_eq!(
+            read(&[ns, ("METRICS_DIMENSIONS", &thirty)])
+                .unwrap()
+                .unwrap()
+                .dimensions
+                .len(),
+            30
+        );
+    }
+}

@@ -1,0 +1,353 @@
+//! The helper process's own table, where its threads meet: the app check's verdict,
+//! the sampler's latest sample, the publisher's and the endpoint's counters, beside
+//! the shared Board (what supervision publishes and reads). Readers take a `Snapshot`
+//! of both at one instant. Nothing here is seen by supervision, so the locks here are
+//! the helper threads' business alone; the shapes are their writers': the sampler's
+//! `Sample` (metrics/sample.rs) and the publisher's `Outcome` (cloudwatch/outcome.rs).
+#![forbid(unsafe_code)]
+
+use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use tokio::sync::watch;
+
+use crate::board::{Bell, Board, Look, Phase};
+use crate::helper::cloudwatch::outcome::Outcome;
+use crate::helper::health::{self, AppCheck, Verdict};
+use crate::helper::metrics::sample::Sample;
+use crate::helper::threads::{self, Helper};
+use crate::signal_names::{self, Signal};
+
+/// Samples come every second; one older than this is left out of every snapshot.
+const SAMPLE_STALE: std::time::Duration = std::time::Duration::from_secs(5);
+
+pub struct Desk {
+    /// What supervision and the helper share.
+    pub board: Board,
+    /// The app check's verdict with its reason, for `/readyz`.
+    check: Mutex<AppCheck>,
+    sample: watch::Sender<Arc<Sample>>,
+    pub counters: Counters,
+    /// The ports lifeguard's own endpoint listens on (not the app's, nor a sidecar's).
+    own_ports: std::sync::OnceLock<Vec<u16>>,
+    /// PID 1's pending signals, for a SIGTERM that has arrived but not been read yet.
+    supervisor: Option<crate::kernel::SupervisorPending>,
+}
+
+/// The helper's own counters.
+pub struct Counters {
+    /// Task metadata fetches that failed (ECS only: the sampler fell back to the cgroup).
+    metadata_failures: AtomicU64,
+    /// PutMetricData calls by outcome (`Outcome::ALL` order); none of them is shown
+    /// until publishing is on.
+    cloudwatch: [AtomicU64; 4],
+    cloudwatch_on: AtomicBool,
+    /// The publisher runs with a client (false: it could not start, e.g. no region).
+    cloudwatch_publishing: AtomicBool,
+    /// Connections lifeguard's own endpoint accepted: the drain's quiet rule tells them
+    /// from the app's.
+    endpoint_accepted: AtomicU64,
+}
+
+/// Everything a reader needs, read at one instant.
+#[derive(Clone, Debug)]
+pub struct Snapshot {
+    pub phase: Phase,
+    /// A SIGTERM has been read by supervision but its turn has not published the phase
+    /// yet: it already counts ("/readyz answers draining at once").
+    pub term_pending: bool,
+    pub check: AppCheck,
+    /// (signal, count) for every signal forwarded at least once, and the usual ones.
+    pub forwarded: Vec<(Signal, u64)>,
+    pub zombies_reaped: u64,
+    pub metadata_failures: u64,
+    /// (outcome, calls) for every outcome, when CloudWatch publishing is configured.
+    pub cloudwatch: Option<Vec<(Outcome, u64)>>,
+    /// Whether the publisher runs (configured, and started with a region).
+    pub cloudwatch_publishing: bool,
+    /// (helper, panics) for every helper thread that runs.
+    pub helper_failures: Vec<(Helper, u64)>,
+    /// Times supervision started the helper process again (it died, or hung).
+    pub helper_restarts: u64,
+    /// The last drain's length, from its SIGTERM to the stop signal (or the app's exit).
+    pub drain_seconds: Option<f64>,
+    pub sample: Arc<Sample>,
+}
+
+impl Snapshot {
+    /// What `/readyz` answers.
+    pub fn readiness(&self) -> Verdict {
+        health::readiness(self.phase, &self.check, self.term_pending)
+    }
+
+    pub fn ready(&self) -> bool {
+        self.readiness().0 == 200
+    }
+
+    /// From the instant SIGTERM arrives until the app has exited.
+    pub fn draining(&self) -> bool {
+        matches!(self.phase, Phase::Draining | Phase::Stopping) || self.term_pending
+    }
+}
+
+impl Desk {
+    pub fn new(board: Board) -> Arc<Desk> {
+        Arc::new(Desk {
+            board,
+            check: Mutex::new(AppCheck::Pending),
+            sample: watch::Sender::new(Arc::new(Sample::default())),
+            own_ports: std::sync::OnceLock::new(),
+            supervisor: crate::kernel::SupervisorPending::open(),
+            counters: Counters {
+                metadata_failures: AtomicU64::new(0),
+                cloudwatch: std::array::from_fn(|_| AtomicU64::new(0)),
+                cloudwatch_on: AtomicBool::new(false),
+                cloudwatch_publishing: AtomicBool::new(false),
+                endpoint_accepted: AtomicU64::new(0),
+            },
+        })
+    }
+
+    #[cfg(test)]
+    pub fn snapshot(&self) -> Snapshot {
+        self.snapshot_asked(Instant::now())
+    }
+
+    /// A snapshot for a question asked at `asked` (see `term_pending`).
+    pub fn snapshot_asked(&self, asked: Instant) -> Snapshot {
+        let phase = self.phase();
+        // A sample that stopped coming (its thread gone) is no reading at all: gauges
+        // frozen at their last value would steer autoscalers for good.
+        let sample = self.sample.borrow().clone();
+        let sample = match sample.taken {
+            Some(at) if at.elapsed() > SAMPLE_STALE => Arc::new(Sample::default()),
+            _ => sample,
+        };
+        Snapshot {
+            phase,
+            term_pending: self.term_pending(phase, asked),
+            check: self.check(),
+            forwarded: forwarded(&self.board),
+            zombies_reaped: self.board.zombies_reaped(),
+            metadata_failures: self.counters.metadata_failures.load(Ordering::Relaxed),
+            cloudwatch: self.counters.cloudwatch(),
+            cloudwatch_publishing: self.counters.cloudwatch_publishing.load(Ordering::Relaxed),
+            helper_failures: threads::failures(),
+            helper_restarts: self.board.helper_restarts(),
+            drain_seconds: self.board.drain_seconds(),
+            sample,
+        }
+    }
+
+    /// What `/readyz` answers, without taking a whole snapshot (it is asked far more
+    /// often than `/metrics`), for a probe whose request was read whole at `asked`.
+    pub fn readiness(&self, asked: Instant) -> Verdict {
+        let phase = self.phase();
+        health::readiness(phase, &self.check(), self.term_pending(phase, asked))
+    }
+
+    /// A SIGTERM supervision has read but not yet turned into a phase (only before the
+    /// drain matters): supervision marks it the instant it reads it.
+    ///
+    /// Until then it waits in PID 1's pending set: the kernel's set is asked first,
+    /// then the mark, so from the kill(2) on one of them is always true (supervision
+    /// sets the mark as it takes the signal out of that set). A CI run caught a probe
+    /// answered `ready` in the microseconds before PID 1 read its SIGTERM. The kernel's
+    /// set is read at or after `asked`, so a probe sent after the kill(2) sees it.
+    fn term_pending(&self, phase: Phase, asked: Instant) -> bool {
+        matches!(phase, Phase::Starting | Phase::Running)
+            && (self
+                .supervisor
+                .as_ref()
+                .is_some_and(|pid1| pid1.term_pending(asked))
+                || self.board.term_taken())
+    }
+
+    pub fn phase(&self) -> Phase {
+        self.board.phase()
+    }
+
+    /// The app check's field. Its first pass wakes supervision (Starting → Running).
+    pub fn set_check(&self, verdict: AppCheck) {
+        let passing = verdict == AppCheck::Passing;
+        *self
+            .check
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = verdict;
+        if passing {
+            self.board.set_check_passed();
+        }
+    }
+
+    pub fn check(&self) -> AppCheck {
+        self.check
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// The sampler's field.
+    pub fn set_sample(&self, sample: Sample) {
+        self.sample.send_replace(Arc::new(sample));
+    }
+
+    /// Every new sample, for the CloudWatch publisher.
+    pub fn watch_sample(&self) -> watch::Receiver<Arc<Sample>> {
+        self.sample.subscribe()
+    }
+
+    /// The sampler's field: the traffic figures of its latest look at the port.
+    pub fn set_traffic(&self, look: Look) {
+        self.board.set_traffic(look);
+    }
+
+    /// The endpoint's ports, set once before the threads start.
+    pub fn set_own_ports(&self, ports: Vec<u16>) {
+        let _ = self.own_ports.set(ports);
+    }
+
+    pub fn own_ports(&self) -> &[u16] {
+        self.own_ports.get().map_or(&[], Vec::as_slice)
+    }
+
+    /// The sampler's bell, for its runtime to wait on.
+    pub fn sampler_bell(&self) -> io::Result<tokio::net::UnixDatagram> {
+        listener(&self.board.sampler_bell)
+    }
+}
+
+/// A bell's waiting side on a tokio runtime.
+pub fn listener(bell: &Bell) -> io::Result<tokio::net::UnixDatagram> {
+    tokio::net::UnixDatagram::from_std(bell.receiver()?)
+}
+
+/// Every signal forwarded at least once, and the usual ones always (at 0 until then):
+/// a series that appears only after the first signal breaks `rate()` and `absent()` in
+/// dashboards and alerts.
+fn forwarded(board: &Board) -> Vec<(Signal, u64)> {
+    const USUAL: [i32; 7] = [
+        libc::SIGTERM,
+        libc::SIGINT,
+        libc::SIGQUIT,
+        libc::SIGHUP,
+        libc::SIGUSR1,
+        libc::SIGUSR2,
+        libc::SIGWINCH,
+    ];
+    board
+        .forwarded()
+        .filter(|(signal, count)| *count > 0 || USUAL.contains(&signal.0))
+        .filter(|(signal, _)| signal.0 <= signal_names::MAX)
+        .collect()
+}
+
+impl Counters {
+    pub fn endpoint_accept(&self) {
+        self.endpoint_accepted.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn endpoint_accepted(&self) -> u64 {
+        self.endpoint_accepted.load(Ordering::Relaxed)
+    }
+
+    pub fn metadata_failed(&self) {
+        self.metadata_failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// CloudWatch publishing is configured: its counters are shown from now, zeros
+    /// included (set before the publisher starts, so from the first scrape).
+    pub fn cloudwatch_on(&self) {
+        self.cloudwatch_on.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the publisher is running with a client.
+    pub fn cloudwatch_publishing(&self, running: bool) {
+        self.cloudwatch_publishing.store(running, Ordering::Relaxed);
+    }
+
+    pub fn cloudwatch_request(&self, outcome: Outcome) {
+        let slot = Outcome::ALL.iter().position(|o| *o == outcome).unwrap_or(0);
+        self.cloudwatch[slot].fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn cloudwatch(&self) -> Option<Vec<(Outcome, u64)>> {
+        self.cloudwatch_on.load(Ordering::Relaxed).then(|| {
+            Outcome::ALL
+                .iter()
+                .zip(&self.cloudwatch)
+                .map(|(o, n)| (*o, n.load(Ordering::Relaxed)))
+                .collect()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::board::Board;
+
+    #[test]
+    fn a_snapshot_carries_every_writers_field() {
+        let desk = Desk::new(Board::new().unwrap());
+        desk.board.set_phase(Phase::Running);
+        desk.set_check(AppCheck::Passing);
+        desk.board.signal_forwarded(signal_names::TERM);
+        desk.board.signal_forwarded(signal_names::TERM);
+        desk.board.signal_forwarded(signal_names::HUP);
+        desk.board.zombie_reaped();
+        let snap = desk.snapshot();
+        assert_eq!(snap.phase, Phase::Running);
+        assert!(snap.ready() && !snap.draining());
+        let forwarded: Vec<_> = snap.forwarded.iter().filter(|(_, n)| *n > 0).collect();
+        assert_eq!(
+            forwarded,
+            vec![&(signal_names::HUP, 1), &(signal_names::TERM, 2)]
+        );
+        // The usual signals are there from the start, at 0.
+        let usr1 = snap.forwarded.iter().find(|(s, _)| s.0 == libc::SIGUSR1);
+        assert_eq!(usr1, Some(&(Signal(libc::SIGUSR1), 0)));
+        assert!(!snap.forwarded.iter().any(|(s, _)| s.0 == libc::SIGPWR));
+        assert_eq!(snap.zombies_reaped, 1);
+        // A SIGTERM read but not yet handled already reads as draining.
+        desk.board.set_term_taken();
+        let snap = desk.snapshot();
+        assert!(!snap.ready() && snap.draining());
+        desk.board.set_phase(Phase::Stopping);
+        let snap = desk.snapshot();
+        assert!(!snap.ready() && snap.draining());
+        assert_eq!(snap.drain_seconds, None);
+        desk.board.set_drain_seconds(2.5);
+        assert_eq!(desk.snapshot().drain_seconds, Some(2.5));
+    }
+
+    #[test]
+    fn a_failing_check_is_no_news_to_supervision() {
+        use nix::poll::{poll, PollFd, PollFlags};
+        let desk = Desk::new(Board::new().unwrap());
+        let rung = |bell: &Bell| {
+            let mut fds = [PollFd::new(bell.fd(), PollFlags::POLLIN)];
+            poll(&mut fds, 0u8).unwrap() == 1
+        };
+        desk.set_check(AppCheck::Failing("no".into()));
+        assert!(!rung(&desk.board.supervisor_bell));
+        assert!(!desk.board.check_passed());
+        desk.set_check(AppCheck::Passing);
+        assert!(rung(&desk.board.supervisor_bell) && desk.board.check_passed());
+    }
+
+    #[test]
+    fn a_sample_that_stopped_coming_is_left_out() {
+        let desk = Desk::new(Board::new().unwrap());
+        let sample = |age: u64| Sample {
+            taken: Instant::now().checked_sub(std::time::Duration::from_secs(age)),
+            requests_in_flight: Some(7),
+            ..Default::default()
+        };
+        desk.set_sample(sample(1));
+        assert_eq!(desk.snapshot().sample.requests_in_flight, Some(7));
+        desk.set_sample(sample(60));
+        assert_eq!(desk.snapshot().sample.requests_in_flight, None);
+    }
+}

@@ -1,0 +1,157 @@
+//! A minimal HTTP/1.1 GET, for the app check (`--ready-http`): one
+//! connection per request, status and body back, bounded by the caller's timeout.
+#![forbid(unsafe_code)]
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use http_body_util::{BodyExt, Empty, Limited};
+use hyper::body::Bytes;
+use hyper::Uri;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+/// Bodies longer than this are cut: a health answer is a word or two.
+const MAX_BODY: usize = 64 * 1024;
+
+thread_local! {
+    /// Set while a name lookup started from this thread runs on its runtime's one
+    /// lookup thread (helper/threads.rs). A lookup cannot be cancelled, so while one
+    /// hangs (a resolver that never answers) this thread's lookups fail at once instead
+    /// of queueing one per interval behind it. One lane per thread, so per helper: a
+    /// hung lookup of the app check's never fails the sampler's task-metadata fetch,
+    /// whose runtime has a lookup thread of its own, nor the other way round.
+    static LOOKUP_RUNNING: Arc<AtomicBool> = Arc::new(AtomicBool::new(false));
+}
+
+/// `host` as an address (`[IPv6]` brackets allowed), or None when it is a name that
+/// needs a lookup (a blocking call, run on a runtime's one lookup thread).
+pub fn address(host: &str) -> Option<IpAddr> {
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .ok()
+}
+
+/// Connects to `host` (an IP address, `[IPv6]`, or a name looked up on the blocking
+/// thread) and `port`. Errors are one-line reasons.
+pub async fn connect(host: &str, port: u16) -> Result<TcpStream, String> {
+    // Brackets come with IPv6 hosts in URIs; the address is what is inside.
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let addrs: Vec<SocketAddr> = match address(bare) {
+        Some(ip) => vec![SocketAddr::new(ip, port)],
+        None => {
+            let lane = LOOKUP_RUNNING.with(Arc::clone);
+            if lane.swap(true, Ordering::AcqRel) {
+                return Err(format!("the previous lookup of {bare} has not finished"));
+            }
+            let name = bare.to_string();
+            let found = tokio::task::spawn_blocking(move || {
+                let found = (name.as_str(), port).to_socket_addrs();
+                // Cleared when the lookup ends, even if nobody waits for it any more.
+                lane.store(false, Ordering::Release);
+                found.map(|addrs| addrs.collect())
+            })
+            .await;
+            match found {
+                Ok(Ok(addrs)) => addrs,
+                Ok(Err(e)) => return Err(format!("cannot look up {bare}: {}", short(&e))),
+                Err(e) => return Err(format!("cannot look up {bare}: {e}")),
+            }
+        }
+    };
+    let mut failure = String::from("no address");
+    for addr in addrs {
+        match TcpStream::connect(addr).await {
+            Ok(stream) => return Ok(stream),
+            Err(e) => failure = short(&e),
+        }
+    }
+    Err(format!("cannot connect to {host}:{port}: {failure}"))
+}
+
+/// GETs `uri` (http only). Errors are one-line reasons for logs and `/readyz`.
+pub async fn get(uri: &Uri) -> Result<(u16, String), String> {
+    get_limited(uri, MAX_BODY).await
+}
+
+/// GETs `uri`, keeping at most `max_body` bytes of the answer; a longer body is an error.
+pub async fn get_limited(uri: &Uri, max_body: usize) -> Result<(u16, String), String> {
+    let host = uri.host().ok_or_else(|| format!("{uri} has no host"))?;
+    let port = uri.port_u16().unwrap_or(80);
+    let stream = connect(host, port).await?;
+    let _ = stream.set_nodelay(true);
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| format!("{uri}: {e}"))?;
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    let authority = uri.authority().map_or(host, |a| a.as_str());
+    let request = hyper::Request::get(path)
+        .header(hyper::header::HOST, authority)
+        .header(
+            hyper::header::USER_AGENT,
+            concat!("lifeguard/", env!("CARGO_PKG_VERSION")),
+        )
+        .body(Empty::<Bytes>::new())
+        .map_err(|e| format!("{uri}: {e}"))?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("GET {uri}: {e}"))?;
+    let status = response.status().as_u16();
+    let body = Limited::new(response.into_body(), max_body)
+        .collect()
+        .await
+        .map(|b| String::from_utf8_lossy(&b.to_bytes()).trim().to_string())
+        .map_err(|e| format!("GET {uri}: reading the answer: {e}"))?;
+    Ok((status, body))
+}
+
+/// "connection refused" rather than "Connection refused (os error 111)".
+pub fn short(err: &std::io::Error) -> String {
+    let text = err.to_string();
+    let text = text.split(" (os error").next().unwrap_or(&text);
+    text.to_lowercase()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_lookup_queues_behind_one_still_running() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let mark = |on: bool| LOOKUP_RUNNING.with(|l| l.store(on, Ordering::Release));
+        // As if a lookup hung on this thread's lookup thread.
+        mark(true);
+        let refused = rt.block_on(connect("app.invalid", 80)).unwrap_err();
+        assert!(refused.contains("has not finished"), "{refused}");
+        // Addresses need no lookup and still go through.
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        rt.block_on(connect("127.0.0.1", port)).unwrap();
+        // Another helper's lane is its own: its lookup goes ahead (and fails on the
+        // name, not on this thread's hung lookup).
+        let other = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(connect("app.invalid", 80)).unwrap_err()
+        })
+        .join()
+        .unwrap();
+        assert!(!other.contains("has not finished"), "{other}");
+        mark(false);
+        // A finished lookup clears the mark, whether it found the name or not.
+        let _ = rt.block_on(connect("localhost", port));
+        assert!(!LOOKUP_RUNNING.with(|l| l.load(Ordering::Acquire)));
+    }
+}

@@ -1,0 +1,149 @@
+//! Whether anything listens on `--inflight-port`, and what does listen when nothing
+//! does: a port given wrong (the app serves on 8000, the flag says 8080) would make
+//! every drain end at its first look, the requests unseen, with no word said. Pure: the
+//! watch decides from each sample's dump (the ports that do listen come from a dump of
+//! the namespace's listeners, inflight/reader.rs); the sockstat parser reads recorded
+//! text.
+#![forbid(unsafe_code)]
+
+use std::time::{Duration, Instant};
+
+/// How long the port may go without a listener once the app is ready before it is
+/// said: apps bind a moment after they start, and one that restarts its server in
+/// place (a reload) closes it for a moment.
+pub const GRACE: Duration = Duration::from_secs(10);
+
+/// What to say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Miss {
+    /// The app has been ready this long and nothing listens on the port.
+    WhileRunning(Duration),
+    /// A drain began and the port was never seen listening: the drain's hold has
+    /// nothing to look at.
+    AtDrain,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct PortWatch {
+    missing_since: Option<Instant>,
+    seen: bool,
+    told_running: bool,
+    told_draining: bool,
+}
+
+impl PortWatch {
+    /// One sample: `listening` as its dump found it (None: the dump failed, no news);
+    /// `ready` whether the app is ready (Running), `draining` whether a drain began.
+    pub fn next(
+        &mut self,
+        listening: Option<bool>,
+        ready: bool,
+        draining: bool,
+        now: Instant,
+    ) -> Option<Miss> {
+        match listening {
+            Some(true) => {
+                self.seen = true;
+                self.missing_since = None;
+                // A later outage is news again.
+                self.told_running = false;
+                None
+            }
+            Some(false) if draining => (!self.seen
+                && !std::mem::replace(&mut self.told_draining, true))
+            .then_some(Miss::AtDrain),
+            Some(false) if ready => {
+                let since = *self.missing_since.get_or_insert(now);
+                let missing = now.saturating_duration_since(since);
+                (missing >= GRACE && !std::mem::replace(&mut self.told_running, true))
+                    .then_some(Miss::WhileRunning(missing))
+            }
+            Some(false) | None => None,
+        }
+    }
+}
+
+/// The most TCP sockets a network namespace may hold for the drain to read its whole
+/// table at every look (a pod's or a task's holds tens): past it the table is a
+/// host's, and the namespace's counter stands alone.
+pub const ATTRIBUTION_MAX: u64 = 512;
+
+/// The TCP sockets of this network namespace, in use and in TIME_WAIT, from a
+/// `/proc/net/sockstat` (and `sockstat6`) text: `TCP: inuse N orphan N tw N ...`.
+pub fn tcp_sockets(sockstat: &str) -> Option<u64> {
+    let line = sockstat
+        .lines()
+        .find_map(|l| l.strip_prefix("TCP: ").or_else(|| l.strip_prefix("TCP6: ")))?;
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let field = |name: &str| -> Option<u64> {
+        let at = words.iter().position(|w| *w == name)?;
+        words.get(at + 1)?.parse().ok()
+    };
+    Some(field("inuse")? + field("tw").unwrap_or(0))
+}
+
+/// The TCP sockets of this network namespace, both families (one small read each).
+pub fn tcp_sockets_here() -> Option<u64> {
+    let v4 = std::fs::read_to_string("/proc/net/sockstat")
+        .ok()
+        .and_then(|t| tcp_sockets(&t))?;
+    let v6 = std::fs::read_to_string("/proc/net/sockstat6")
+        .ok()
+        .and_then(|t| tcp_sockets(&t))
+        .unwrap_or(0);
+    Some(v4 + v6)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_namespace_size_comes_from_sockstat() {
+        let v4 = "sockets: used 27\nTCP: inuse 3 orphan 0 tw 9 alloc 3 mem 0\nUDP: inuse 0 mem 0\n";
+        assert_eq!(tcp_sockets(v4), Some(12));
+        assert_eq!(tcp_sockets("TCP6: inuse 2\nUDP6: inuse 0\n"), Some(2));
+        assert_eq!(tcp_sockets("garbage"), None);
+    }
+
+    #[test]
+    fn a_port_without_listener_is_said_once_after_the_grace_and_again_at_the_drain() {
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let mut w = PortWatch::default();
+        // Starting: not yet the app's fault.
+        assert_eq!(w.next(Some(false), false, false, s(0)), None);
+        // Ready, nothing listens: said once the grace has passed, once.
+        assert_eq!(w.next(Some(false), true, false, s(1)), None);
+        assert_eq!(
+            w.next(None, true, false, s(5)),
+            None,
+            "a failed dump is no news"
+        );
+        assert_eq!(
+            w.next(Some(false), true, false, s(11)),
+            Some(Miss::WhileRunning(GRACE))
+        );
+        assert_eq!(w.next(Some(false), true, false, s(12)), None);
+        // The drain begins with the port never seen: said again, once.
+        assert_eq!(w.next(Some(false), false, true, s(20)), Some(Miss::AtDrain));
+        assert_eq!(w.next(Some(false), false, true, s(21)), None);
+    }
+
+    #[test]
+    fn a_port_seen_listening_is_never_said_and_a_late_bind_resets_the_clock() {
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let mut w = PortWatch::default();
+        assert_eq!(w.next(Some(false), true, false, s(0)), None);
+        assert_eq!(w.next(Some(true), true, false, s(9)), None);
+        assert_eq!(w.next(Some(false), true, false, s(10)), None);
+        assert_eq!(
+            w.next(Some(false), true, false, s(19)),
+            None,
+            "the clock restarted"
+        );
+        // The app closes its port on SIGTERM, as it may: not said at the drain.
+        assert_eq!(w.next(Some(false), false, true, s(30)), None);
+    }
+}

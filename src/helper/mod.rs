@@ -1,0 +1,140 @@
+//! The helper process, `lifeguard-helper`: everything lifeguard does besides
+//! supervision — the endpoint, the app check, the sampler, the CloudWatch publisher —
+//! on threads of its own, in a process PID 1 forks after the app and starts again if it
+//! dies or hangs. It meets supervision only on the Board (board.rs). Its main thread
+//! keeps the heartbeat: a beat every 2 s while every helper thread's runtime is
+//! turning, none once one of them has been stuck for `STUCK` (a deadlock or a spin a
+//! thread cannot be stopped from), so PID 1 kills the whole process and starts a new
+//! one.
+#![forbid(unsafe_code)]
+
+pub mod app_check;
+pub mod cloudwatch;
+pub mod desk;
+pub mod endpoint;
+pub mod health;
+pub mod http_client;
+pub mod metrics;
+pub mod threads;
+
+use std::convert::Infallible;
+use std::time::Duration;
+
+use crate::board::Board;
+use crate::kernel;
+use crate::logging;
+use desk::Desk;
+
+/// What the helper process runs, decided by PID 1 from the command line.
+pub struct Plan {
+    /// The endpoint's listeners, bound by PID 1 before the app started, with the
+    /// number of connections they may hold at once.
+    pub endpoint: Option<(Vec<std::net::TcpListener>, usize)>,
+    pub app_check: Option<app_check::AppCheckKind>,
+    pub check_interval: Duration,
+    /// Samples are taken only for a reader: the endpoint, CloudWatch, or the drain's hold.
+    pub sampled: bool,
+    pub metrics: metrics::Config,
+    pub cloudwatch: Option<cloudwatch::Config>,
+}
+
+impl Plan {
+    /// Whether there is anything for a helper process to do.
+    pub fn needed(&self) -> bool {
+        self.endpoint.is_some()
+            || self.app_check.is_some()
+            || self.sampled
+            || self.cloudwatch.is_some()
+    }
+
+    /// Whether the helper has figures to publish before it leaves.
+    pub fn publishes(&self) -> bool {
+        self.cloudwatch.is_some()
+    }
+}
+
+/// A helper thread whose runtime has not turned for this long is stuck: the heartbeat
+/// stops, and PID 1 ends the process.
+const STUCK: Duration = Duration::from_secs(5);
+/// Every 2 s, not every second: each wake-up of an idle process costs about 50 µs of
+/// CPU on a busy host (bench/metrics-results.md), and PID 1 waits 10 s of silence, five
+/// beats, before it calls the helper hung.
+const BEAT_EVERY: Duration = Duration::from_secs(2);
+
+/// The helper process's life, in the child of the fork.
+pub fn run(plan: &Plan, board: Board) -> Infallible {
+    logging::become_helper();
+    board.beat();
+    let desk = Desk::new(board);
+    if plan.app_check.is_some() && desk.board.check_passed() {
+        // A helper started again: the previous one's verdict is gone, and the app,
+        // past its start, is not ready until this one's first check says so.
+        desk.set_check(health::AppCheck::Failing(
+            "the helper process restarted: waiting for the app check".into(),
+        ));
+    }
+    if let Some((listeners, _)) = &plan.endpoint {
+        desk.set_own_ports(
+            listeners
+                .iter()
+                .filter_map(|l| l.local_addr().ok().map(|a| a.port()))
+                .collect(),
+        );
+    }
+    if let Some((listeners, cap)) = &plan.endpoint {
+        let copies: Vec<_> = listeners
+            .iter()
+            .filter_map(|l| l.try_clone().ok())
+            .collect();
+        endpoint::start(copies, desk.clone(), *cap);
+    }
+    app_check::start(plan.app_check.clone(), plan.check_interval, desk.clone());
+    if plan.sampled {
+        metrics::start(plan.metrics.clone(), desk.clone());
+    }
+    let mut publisher = plan
+        .cloudwatch
+        .clone()
+        .and_then(|config| cloudwatch::start(config, desk.clone()));
+    let mut watch = threads::Watch::default();
+    let mut told = false;
+    loop {
+        if desk.board.leave_asked() {
+            // Bounded inside (2 s, cloudwatch::FLUSH_LIMIT); supervision kills the
+            // helper a little after that anyway.
+            if let Some(publisher) = publisher.take() {
+                publisher.flush();
+            }
+            logging::flush(Duration::from_millis(500));
+            kernel::leave(0);
+        }
+        match watch.stuck(STUCK) {
+            None => {
+                desk.board.beat();
+                told = false;
+            }
+            Some(helper) if !told => {
+                told = true;
+                logging::error(
+                    format!(
+                        "the {} thread has not moved for {}: the helper process stops its heartbeat, and supervision starts a new one",
+                        helper.name(),
+                        humantime::format_duration(STUCK)
+                    ),
+                    &[],
+                );
+            }
+            Some(_) => {}
+        }
+        wait_for(&desk.board.helper_bell, BEAT_EVERY);
+        desk.board.helper_bell.clear();
+    }
+}
+
+/// Waits until `bell` rings or `timeout` passes.
+fn wait_for(bell: &crate::board::Bell, timeout: Duration) {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let mut fds = [PollFd::new(bell.fd(), PollFlags::POLLIN)];
+    let ms = PollTimeout::try_from(timeout.as_millis() as u64).unwrap_or(PollTimeout::MAX);
+    let _ = poll(&mut fds, ms);
+}

@@ -1,0 +1,257 @@
+//! The helper threads — the endpoint, the app check, the sampler, the CloudWatch
+//! publisher — and what keeps their faults their own: each runs on a thread of its own
+//! with a tokio runtime of its own, a panic unwinds that helper alone (the release
+//! build unwinds; docs/decisions.md), is logged once and counted
+//! (`lifeguard_helper_failures_total{helper}`), and the helper is started again in
+//! place after a pause. They all live in the helper process, apart from supervision
+//! (ARCHITECTURE.md); each one's runtime ticks a turn counter, which the helper's
+//! heartbeat is made of (`Watch`). A restart reuses the thread and its runtime.
+//!
+//! Each thread blocks every signal first thing, as its runtime's lookup thread does:
+//! signals sent to the helper process are taken by its main thread, at the actions
+//! kernel/helper_process.rs sets (SIGSEGV, SIGABRT: the helper's death, which PID 1
+//! hears of; the ones an init relays: ignored).
+#![forbid(unsafe_code)]
+
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::kernel;
+use crate::logging;
+
+/// The helpers, as `lifeguard_helper_failures_total{helper}` names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Helper {
+    Endpoint,
+    AppCheck,
+    Sampler,
+    CloudWatch,
+}
+
+impl Helper {
+    pub const ALL: [Helper; 4] = [
+        Helper::Endpoint,
+        Helper::AppCheck,
+        Helper::Sampler,
+        Helper::CloudWatch,
+    ];
+
+    /// The label value, which is also the thread's name.
+    pub fn name(self) -> &'static str {
+        match self {
+            Helper::Endpoint => "endpoint",
+            Helper::AppCheck => "app-check",
+            Helper::Sampler => "sampler",
+            Helper::CloudWatch => "cloudwatch",
+        }
+    }
+
+    /// The helper a thread belongs to, by the thread's name (its name-lookup thread
+    /// is `<name>-lookup`).
+    fn of_thread(thread: &str) -> Option<Helper> {
+        Helper::ALL
+            .into_iter()
+            .find(|h| thread == h.name() || thread.strip_suffix("-lookup") == Some(h.name()))
+    }
+
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// Panics per helper since start; read by the endpoint (`/metrics`).
+static FAILURES: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+/// Which helpers were started, so that `/metrics` shows their counters from the first
+/// scrape, zeros included.
+static STARTED: [std::sync::atomic::AtomicBool; 4] =
+    [const { std::sync::atomic::AtomicBool::new(false) }; 4];
+
+/// (helper, panics) for every helper that runs.
+pub fn failures() -> Vec<(Helper, u64)> {
+    Helper::ALL
+        .into_iter()
+        .filter(|h| STARTED[h.index()].load(Ordering::Relaxed))
+        .map(|h| (h, FAILURES[h.index()].load(Ordering::Relaxed)))
+        .collect()
+}
+
+/// Turns of each helper's runtime (a tick every 2 s from a task of its own on it), and
+/// whether the helper is between runs (the pause after a panic) or done for good: what
+/// the helper process's heartbeat is made of.
+static TURNS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+static RESTING: [std::sync::atomic::AtomicBool; 4] =
+    [const { std::sync::atomic::AtomicBool::new(false) }; 4];
+/// Two ticks fit in `STUCK` (5 s) with room for a late one; a tick a second cost each
+/// idle runtime two wake-ups a second for nothing.
+const TURN_EVERY: Duration = Duration::from_secs(2);
+
+/// Tells which helper threads have stopped turning: each check compares every running
+/// helper's turn count with the one it saw last, and when that last moved.
+#[derive(Default)]
+pub struct Watch {
+    seen: [(u64, Option<Instant>); 4],
+}
+
+impl Watch {
+    /// A helper that has run and has not turned for `limit`, if any.
+    pub fn stuck(&mut self, limit: Duration) -> Option<Helper> {
+        let now = Instant::now();
+        let mut stuck = None;
+        for helper in Helper::ALL {
+            let i = helper.index();
+            let turns = TURNS[i].load(Ordering::Relaxed);
+            let (last, since) = &mut self.seen[i];
+            let idle = !STARTED[i].load(Ordering::Relaxed) || RESTING[i].load(Ordering::Relaxed);
+            if idle || *last != turns || since.is_none() {
+                *last = turns;
+                *since = Some(now);
+            } else if since.is_some_and(|at| now.duration_since(at) >= limit) {
+                stuck = Some(helper);
+            }
+        }
+        stuck
+    }
+}
+
+/// Counts the runtime's turns while the helper's work runs beside it.
+async fn turning(helper: Helper) {
+    let mut ticks = tokio::time::interval(TURN_EVERY);
+    loop {
+        ticks.tick().await;
+        TURNS[helper.index()].fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// First pause before a helper that panicked is started again; it doubles with each
+/// panic that follows soon after, up to `MAX_BACKOFF`, so a helper that panics at once
+/// every time costs a line a minute, not a hot loop.
+const FIRST_BACKOFF: Duration = Duration::from_secs(1);
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// Starts `helper` on a thread of its own and returns once the thread is ready, or why
+/// it could not start. `work` makes one run of the
+/// helper; it is called again after a panic. With `name_lookups` the runtime's one
+/// blocking thread, which serves name lookups (std's resolver blocks), is started now
+/// too.
+pub fn start<F, Fut>(helper: Helper, name_lookups: bool, work: F) -> Result<(), String>
+where
+    F: Fn() -> Fut + Send + 'static,
+    Fut: Future<Output = ()>,
+{
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    std::thread::Builder::new()
+        .name(helper.name().into())
+        .spawn(move || {
+            kernel::reblock_every_signal();
+            let runtime = match runtime(helper, name_lookups) {
+                Ok(runtime) => {
+                    let _ = ready_tx.send(Ok(()));
+                    runtime
+                }
+                Err(err) => {
+                    let _ = ready_tx.send(Err(format!("starting its runtime: {err}")));
+                    return;
+                }
+            };
+            let mut backoff = FIRST_BACKOFF;
+            loop {
+                let began = Instant::now();
+                RESTING[helper.index()].store(false, Ordering::Relaxed);
+                let run = std::panic::catch_unwind(AssertUnwindSafe(|| {
+                    runtime.block_on(async {
+                        tokio::select! {
+                            () = work() => {}
+                            () = turning(helper) => {}
+                        }
+                    })
+                }));
+                RESTING[helper.index()].store(true, Ordering::Relaxed);
+                if run.is_ok() {
+                    return; // the helper's work is done (the publisher after its flush)
+                }
+                // The panic hook has said what happened and counted it.
+                if began.elapsed() > MAX_BACKOFF {
+                    backoff = FIRST_BACKOFF;
+                }
+                logging::warn(
+                    format!(
+                        "{} restarts in {}",
+                        helper.name(),
+                        humantime::format_duration(backoff)
+                    ),
+                    &[],
+                );
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        })
+        .map_err(|err| format!("starting the thread: {err}"))?;
+    STARTED[helper.index()].store(true, Ordering::Relaxed);
+    ready
+        .recv()
+        .map_err(|_| "the thread ended before it was ready".to_string())?
+}
+
+/// A current-thread runtime. Its only extra thread is tokio's blocking pool, capped at
+/// one and kept for good, which serves name lookups; with `name_lookups` that thread is
+/// started now, and blocks every signal first thing.
+fn runtime(helper: Helper, name_lookups: bool) -> std::io::Result<tokio::runtime::Runtime> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .thread_name(format!("{}-lookup", helper.name()))
+        .on_thread_start(kernel::reblock_every_signal)
+        .max_blocking_threads(1)
+        .thread_keep_alive(Duration::from_secs(365 * 86400))
+        .build()?;
+    if name_lookups {
+        let _ = runtime.block_on(runtime.spawn_blocking(|| ()));
+    }
+    Ok(runtime)
+}
+
+/// Installs the panic hook. A panic on a helper's thread (or inside one of its tasks,
+/// which tokio catches) is logged — the first one of each helper, the rest counted
+/// only — and counted; the panic then unwinds that helper alone. A panic on the
+/// supervision thread ends lifeguard (nothing could supervise after it): it is logged
+/// and the process aborts, as the kernel then ends the container.
+pub fn catch_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let thread = std::thread::current();
+        let name = thread.name().unwrap_or("unnamed");
+        // One line: the message and where, without the default hook's line break.
+        let message = info.payload_as_str().unwrap_or("(no message)");
+        let place = info
+            .location()
+            .map_or_else(String::new, |l| format!(" at {}:{}", l.file(), l.line()));
+        let Some(helper) = Helper::of_thread(name) else {
+            logging::error_now(format!("panic in the {name} thread{place}: {message}"));
+            if name == "main" {
+                logging::flush_own(Duration::from_millis(200));
+                std::process::abort();
+            }
+            return;
+        };
+        let before = FAILURES[helper.index()].fetch_add(1, Ordering::Relaxed);
+        if before == 0 {
+            logging::error_now(format!(
+                "panic in the {name} helper{place}: {message}; it is started again, supervision goes on (further panics of it are only counted: lifeguard_helper_failures_total)"
+            ));
+        }
+    }));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn threads_are_told_apart_by_name() {
+        assert_eq!(Helper::of_thread("endpoint"), Some(Helper::Endpoint));
+        assert_eq!(Helper::of_thread("sampler-lookup"), Some(Helper::Sampler));
+        assert_eq!(Helper::of_thread("app-check"), Some(Helper::AppCheck));
+        assert_eq!(Helper::of_thread("main"), None);
+        assert_eq!(Helper::of_thread("log"), None);
+    }
+}

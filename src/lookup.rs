@@ -1,0 +1,38 @@
+//! Name lookups with a time limit, for `--listen` at start and `--probe`: the standard
+//! library's resolver (getaddrinfo) has no timeout of its own, so the lookup runs on a
+//! thread of its own and the caller waits at most its limit. A lookup left behind ends
+//! with the process (a probe exits; a start that timed out exits 125).
+#![forbid(unsafe_code)]
+
+use std::io;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use crate::kernel;
+
+/// Every address of `host` and `port`, sorted, each once; None when no answer came
+/// within `limit`. The thread is joined once it has answered, so a caller that forks
+/// afterwards (PID 1 forks the helper) is one thread again by then.
+pub fn within(host: &str, port: u16, limit: Duration) -> Option<io::Result<Vec<SocketAddr>>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let name = host.to_string();
+    let lookup = std::thread::Builder::new()
+        .name("lookup".into())
+        .spawn(move || {
+            // Signals are PID 1's to take (its signalfd), never this thread's.
+            kernel::reblock_every_signal();
+            let _ = tx.send((name.as_str(), port).to_socket_addrs().map(|a| {
+                let mut addrs: Vec<_> = a.collect();
+                addrs.sort();
+                addrs.dedup();
+                addrs
+            }));
+        });
+    let lookup = match lookup {
+        Ok(lookup) => lookup,
+        Err(err) => return Some(Err(err)),
+    };
+    let answer = rx.recv_timeout(limit).ok()?;
+    let _ = lookup.join();
+    Some(answer)
+}

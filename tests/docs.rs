@@ -1,0 +1,218 @@
+//! The docs keep step with the binary and the examples: every flag `--help` shows is in
+//! the man page and the reference, every metric family the binary emits is in the
+//! metrics reference, every snippet the docs quote from a file they name is in that
+//! file, and no doc sends the reader to something the repository does not have.
+mod common;
+
+use std::path::Path;
+use std::process::Stdio;
+
+use common::*;
+
+fn read(path: &str) -> String {
+    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
+        .unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// The long flags `--help` lists (`--name` at the start of an option line).
+fn help_flags() -> Vec<String> {
+    let out = lifeguard().arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout).to_string();
+    // An option line: `  -v, --verbose ...` or `      --drain-delay <DUR> ...`.
+    let flags: Vec<String> = help
+        .lines()
+        .filter(|l| l.trim_start().starts_with('-'))
+        .filter_map(|l| {
+            let token = l.split_whitespace().take(2).find(|t| t.starts_with("--"))?;
+            let name: String = token[2..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect();
+            (!name.is_empty()).then(|| format!("--{name}"))
+        })
+        .collect();
+    assert!(flags.len() > 20, "too few flags read from --help:\n{help}");
+    flags
+}
+
+#[test]
+fn every_flag_of_help_is_in_the_man_page_and_the_reference() {
+    // The man page writes dashes as \-.
+    let man = read("man/lifeguard.1").replace("\\-", "-");
+    let reference = read("docs/reference.md");
+    let mut missing = Vec::new();
+    for flag in help_flags() {
+        if !man.contains(&flag) {
+            missing.push(format!("{flag} not in man/lifeguard.1"));
+        }
+        if !reference.contains(&format!("`{flag}")) {
+            missing.push(format!("{flag} not in docs/reference.md"));
+        }
+    }
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}
+
+#[test]
+fn every_metric_family_the_binary_emits_is_in_the_metrics_reference() {
+    require_root();
+    // Everything on: the endpoint, the in-flight port, CloudWatch (whose calls fail
+    // against a closed local port, which only costs the data).
+    let port = free_port();
+    let app_port = free_port();
+    let run = start_with(
+        Mode::Pid1,
+        &args(
+            &[
+                "--listen",
+                &listen_flag(port),
+                "--inflight-port",
+                &app_port.to_string(),
+            ],
+            &["--http", &app_port.to_string()],
+        ),
+        |cmd| {
+            cmd.env("METRICS_NAMESPACE", "Test/docs")
+                .env("AWS_REGION", "us-east-1")
+                .env("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+                .env("AWS_SECRET_ACCESS_KEY", "secret")
+                .env(
+                    "AWS_ENDPOINT_URL_CLOUDWATCH",
+                    format!("http://127.0.0.1:{}", free_port()),
+                );
+        },
+    );
+    run.ready();
+    let families = wait_until("a sample on /metrics", || {
+        let (status, body) = request(port, "GET", "/metrics").ok()?;
+        (status == 200 && body.contains("lifeguard_requests_in_flight ")).then_some(body)
+    });
+    let names: Vec<&str> = families
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE ")?.split_whitespace().next())
+        .collect();
+    assert!(names.len() > 25, "{families}");
+    let reference = read("docs/metrics.md");
+    let missing: Vec<&&str> = names
+        .iter()
+        .filter(|n| !reference.contains(&format!("`{n}")))
+        .collect();
+    assert!(missing.is_empty(), "not in docs/metrics.md: {missing:?}");
+}
+
+/// Every file a doc names as a path of the repository exists.
+#[test]
+fn every_file_the_docs_name_exists() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut missing = Vec::new();
+    for doc in docs() {
+        let text = read(&doc);
+        for word in text.split(|c: char| c == '`' || c == '(' || c == ')' || c.is_whitespace()) {
+            let path = word.split('#').next().unwrap_or(word);
+            let path = path
+                .trim_end_matches(['.', ',', ':', ';'])
+                .trim_start_matches("../");
+            let named = [
+                "examples/",
+                "docs/",
+                "scripts/",
+                "bench/",
+                "tests/",
+                "man/",
+                "src/",
+            ]
+            .iter()
+            .any(|p| path.starts_with(p));
+            if !named
+                || path.contains('*')
+                || path.contains('<')
+                || path.ends_with('/') && path.len() < 6
+            {
+                continue;
+            }
+            // A path with an argument (`scripts/build-static.sh x86_64`) names the file.
+            if !root.join(path).exists() {
+                missing.push(format!("{doc}: {path}"));
+            }
+        }
+    }
+    assert!(missing.is_empty(), "{}", missing.join("\n"));
+}
+
+fn docs() -> Vec<String> {
+    let mut docs = vec!["README.md".to_string(), "ARCHITECTURE.md".to_string()];
+    for entry in std::fs::read_dir(Path::new(env!("CARGO_MANIFEST_DIR")).join("docs")).unwrap() {
+        let name = entry.unwrap().file_name().to_string_lossy().to_string();
+        if name.ends_with(".md") {
+            docs.push(format!("docs/{name}"));
+        }
+    }
+    docs
+}
+
+/// A snippet the docs quote right after naming an example file (`examples/...` in the
+/// paragraph before it) holds only lines of that file: a quote that drifted from its
+/// file tells the reader something the file does not do.
+#[test]
+fn every_snippet_quoted_from_a_file_is_in_that_file() {
+    let mut checked = 0;
+    let mut wrong = Vec::new();
+    for doc in docs() {
+        let text = read(&doc);
+        let blocks: Vec<&str> = text.split("```").collect();
+        // Odd entries are the fenced blocks; the even one before each is its lead-in.
+        for i in (1..blocks.len()).step_by(2) {
+            let (lead, block) = (blocks[i - 1].trim_end(), blocks[i]);
+            let paragraph = lead.rsplit("\n\n").next().unwrap_or(lead);
+            let Some(file) = paragraph.split('`').find(|w| {
+                (w.starts_with("examples/") || *w == "Dockerfile.example") && !w.ends_with('/')
+            }) else {
+                continue;
+            };
+            let source = read(file);
+            let lines: Vec<&str> = source.lines().map(str::trim).collect();
+            for line in block.lines().skip(1).map(str::trim) {
+                if line.is_empty() || line.starts_with('#') || line.starts_with("//") {
+                    continue;
+                }
+                if !lines.iter().any(|l| *l == line || l.contains(line)) {
+                    wrong.push(format!("{doc}: {line:?} is not in {file}"));
+                }
+            }
+            checked += 1;
+        }
+    }
+    assert!(
+        checked >= 1,
+        "no quoted snippet found: the check reads nothing"
+    );
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn no_doc_names_a_module_the_reader_cannot_find() {
+    for doc in docs() {
+        let text = read(&doc).to_lowercase();
+        assert!(
+            !text.contains("scaling module"),
+            "{doc} names \"the scaling module\", which this repository does not have"
+        );
+    }
+}
+
+#[test]
+fn the_help_fits_in_100_columns() {
+    let out = lifeguard()
+        .arg("--help")
+        .env("COLUMNS", "200")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    let wide: Vec<&str> = help.lines().filter(|l| l.chars().count() > 100).collect();
+    assert!(
+        wide.is_empty(),
+        "{} lines wider than 100:\n{}",
+        wide.len(),
+        wide.join("\n")
+    );
+}
