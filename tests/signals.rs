@@ -261,7 +261,9 @@ fn signals_reach_the_whole_group_behind_a_shell() {
 fn behind_a_shell_sigtstp_stops_the_shell_and_reaches_the_apps_handler() {
     // Each member of the group gets TSTP if it takes it and SIGSTOP otherwise, as a
     // terminal's Ctrl-Z would do to a group that is not orphaned.
-    let script = format!("{TESTAPP} --ignore-stop; true");
+    // The testapp ends on USR1 (below) by itself: under qemu-user, where lifeguard cannot
+    // be a subreaper, it would otherwise outlive the shell, lifeguard and the test.
+    let script = format!("{TESTAPP} --ignore-stop --exit-on USR1; true");
     let mut run = start(Mode::Subreaper, &["--", "sh", "-c", &script]);
     run.ready();
     let shell = run.app_pid();
@@ -277,6 +279,7 @@ fn behind_a_shell_sigtstp_stops_the_shell_and_reaches_the_apps_handler() {
             .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())?;
         (blocked & (1 << (libc::SIGTSTP - 1)) == 0).then_some(())
     });
+    let testapp = wait_until("the shell's child", || children(shell).first().copied());
     run.signal(libc::SIGTSTP);
     run.expect_line("signal TSTP");
     wait_until("the shell to stop", || {
@@ -289,10 +292,14 @@ fn behind_a_shell_sigtstp_stops_the_shell_and_reaches_the_apps_handler() {
     // The group is running again: a signal with a default action that kills reaches
     // both. Not SIGINT: `dash -c` catches it (trap.c sets S_CATCH for SIGINT under -c) and
     // acts on it only when its wait ends, so whether the shell dies of it or runs on to
-    // `true` depends on dash's timing; USR1 takes its default action at once.
+    // `true` depends on dash's timing; USR1 takes its default action at once in the
+    // shell, and ends the testapp, which handles it.
     run.signal(libc::SIGUSR1);
     run.expect_line("signal USR1");
     run.expect_exit(128 + libc::SIGUSR1);
+    wait_until("the testapp to end", || {
+        (!matches!(state(testapp), Some('S' | 'R' | 'T'))).then_some(())
+    });
 }
 
 #[test]
