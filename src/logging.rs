@@ -317,21 +317,9 @@ impl SendTimeout for SyncSender<Message> {
 
 fn write_stderr(line: &str) {
     // One write per line so lines from lifeguard and the app never interleave mid-line;
-    // the error is ignored on purpose (see the module note). write(2) on the descriptor
-    // itself, not through std's stderr lock: a writer thread stuck in a write to a
-    // stalled stderr would hold that lock, and a helper forked meanwhile would inherit
-    // it held, for good.
+    // the error is ignored on purpose (see the module note).
     use std::os::fd::AsFd;
-    let stderr = std::io::stderr();
-    let mut bytes = line.as_bytes();
-    while !bytes.is_empty() {
-        match nix::unistd::write(stderr.as_fd(), bytes) {
-            Ok(0) => return,
-            Ok(n) => bytes = &bytes[n..],
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(_) => return,
-        }
-    }
+    let _ = crate::kernel::write_whole(std::io::stderr().as_fd(), line.as_bytes());
 }
 
 pub fn init(level: Level, format: Format) {

@@ -8,7 +8,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use crate::cli::{Listen, ListenAt, ProbeTarget};
-use crate::helper::http_client::short;
+use crate::helper::http_client::{address, short};
 
 pub fn run(target: &ProbeTarget, listen: Listen, timeout: Duration) -> u8 {
     let uri = match target_uri(target, listen) {
@@ -117,19 +117,28 @@ fn left(deadline: Instant) -> Result<Duration, Failure> {
 
 /// A timeout is `Late`; anything else a one-line reason.
 fn io_failure(what: &str, err: &std::io::Error) -> Failure {
-    match err.kind() {
-        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut => Failure::Late,
-        _ => Failure::Reason(format!("{what}: {}", short(err))),
+    if timed_out(err) {
+        Failure::Late
+    } else {
+        Failure::Reason(format!("{what}: {}", short(err)))
     }
+}
+
+/// A socket timeout as std reports it (SO_RCVTIMEO/SO_SNDTIMEO give WouldBlock).
+fn timed_out(err: &std::io::Error) -> bool {
+    matches!(
+        err.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
 }
 
 /// Connects to `host` (an address, `[IPv6]`, or a name looked up within the deadline)
 /// and `port` by the deadline.
 fn connect(host: &str, port: u16, deadline: Instant) -> Result<TcpStream, Failure> {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
-    let addrs: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
-        Ok(ip) => vec![SocketAddr::new(ip, port)],
-        Err(_) => match crate::lookup::within(bare, port, left(deadline)?) {
+    let addrs: Vec<SocketAddr> = match address(host) {
+        Some(ip) => vec![SocketAddr::new(ip, port)],
+        None => match crate::lookup::within(bare, port, left(deadline)?) {
             Some(Ok(addrs)) => addrs,
             Some(Err(e)) => {
                 return Err(Failure::Reason(format!(
@@ -144,7 +153,7 @@ fn connect(host: &str, port: u16, deadline: Instant) -> Result<TcpStream, Failur
     for addr in addrs {
         match TcpStream::connect_timeout(&addr, left(deadline)?) {
             Ok(stream) => return Ok(stream),
-            Err(e) if matches!(io_failure("", &e), Failure::Late) => return Err(Failure::Late),
+            Err(e) if timed_out(&e) => return Err(Failure::Late),
             Err(e) => failure = short(&e),
         }
     }

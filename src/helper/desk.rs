@@ -18,7 +18,7 @@ use crate::helper::cloudwatch::outcome::Outcome;
 use crate::helper::health::{self, AppCheck, Verdict};
 use crate::helper::metrics::sample::Sample;
 use crate::helper::threads::{self, Helper};
-use crate::signal_names::{self, Signal};
+use crate::signal_names::Signal;
 
 /// Samples come every second; one older than this is left out of every snapshot.
 const SAMPLE_STALE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -31,7 +31,7 @@ pub struct Desk {
     sample: watch::Sender<Arc<Sample>>,
     pub counters: Counters,
     /// The ports lifeguard's own endpoint listens on (not the app's, nor a sidecar's).
-    own_ports: std::sync::OnceLock<Vec<u16>>,
+    own_ports: Vec<u16>,
     /// PID 1's pending signals, for a SIGTERM that has arrived but not been read yet.
     supervisor: Option<crate::kernel::SupervisorPending>,
 }
@@ -93,12 +93,13 @@ impl Snapshot {
 }
 
 impl Desk {
-    pub fn new(board: Board) -> Arc<Desk> {
+    /// `own_ports`: the endpoint's ports, whose connections are lifeguard's, not the app's.
+    pub fn new(board: Board, own_ports: Vec<u16>) -> Arc<Desk> {
         Arc::new(Desk {
             board,
             check: Mutex::new(AppCheck::Pending),
             sample: watch::Sender::new(Arc::new(Sample::default())),
-            own_ports: std::sync::OnceLock::new(),
+            own_ports,
             supervisor: crate::kernel::SupervisorPending::open(),
             counters: Counters {
                 metadata_failures: AtomicU64::new(0),
@@ -203,13 +204,9 @@ impl Desk {
         self.board.set_traffic(look);
     }
 
-    /// The endpoint's ports, set once before the threads start.
-    pub fn set_own_ports(&self, ports: Vec<u16>) {
-        let _ = self.own_ports.set(ports);
-    }
-
+    /// The endpoint's ports.
     pub fn own_ports(&self) -> &[u16] {
-        self.own_ports.get().map_or(&[], Vec::as_slice)
+        &self.own_ports
     }
 
     /// The sampler's bell, for its runtime to wait on.
@@ -239,7 +236,6 @@ fn forwarded(board: &Board) -> Vec<(Signal, u64)> {
     board
         .forwarded()
         .filter(|(signal, count)| *count > 0 || USUAL.contains(&signal.0))
-        .filter(|(signal, _)| signal.0 <= signal_names::MAX)
         .collect()
 }
 
@@ -287,10 +283,11 @@ impl Counters {
 mod tests {
     use super::*;
     use crate::board::Board;
+    use crate::signal_names;
 
     #[test]
     fn a_snapshot_carries_every_writers_field() {
-        let desk = Desk::new(Board::new().unwrap());
+        let desk = Desk::new(Board::new().unwrap(), Vec::new());
         desk.board.set_phase(Phase::Running);
         desk.set_check(AppCheck::Passing);
         desk.board.signal_forwarded(signal_names::TERM);
@@ -325,7 +322,7 @@ mod tests {
     #[test]
     fn a_failing_check_is_no_news_to_supervision() {
         use nix::poll::{poll, PollFd, PollFlags};
-        let desk = Desk::new(Board::new().unwrap());
+        let desk = Desk::new(Board::new().unwrap(), Vec::new());
         let rung = |bell: &Bell| {
             let mut fds = [PollFd::new(bell.fd(), PollFlags::POLLIN)];
             poll(&mut fds, 0u8).unwrap() == 1
@@ -339,7 +336,7 @@ mod tests {
 
     #[test]
     fn a_sample_that_stopped_coming_is_left_out() {
-        let desk = Desk::new(Board::new().unwrap());
+        let desk = Desk::new(Board::new().unwrap(), Vec::new());
         let sample = |age: u64| Sample {
             taken: Instant::now().checked_sub(std::time::Duration::from_secs(age)),
             requests_in_flight: Some(7),

@@ -32,18 +32,21 @@ pub struct Plan {
     pub endpoint: Option<(Vec<std::net::TcpListener>, usize)>,
     pub app_check: Option<app_check::AppCheckKind>,
     pub check_interval: Duration,
-    /// Samples are taken only for a reader: the endpoint, CloudWatch, or the drain's hold.
-    pub sampled: bool,
     pub metrics: metrics::Config,
     pub cloudwatch: Option<cloudwatch::Config>,
 }
 
 impl Plan {
+    /// Samples are taken only for a reader: the endpoint, CloudWatch, or the drain's hold.
+    pub fn sampled(&self) -> bool {
+        self.endpoint.is_some() || self.cloudwatch.is_some() || self.metrics.inflight_port.is_some()
+    }
+
     /// Whether there is anything for a helper process to do.
     pub fn needed(&self) -> bool {
         self.endpoint.is_some()
             || self.app_check.is_some()
-            || self.sampled
+            || self.sampled()
             || self.cloudwatch.is_some()
     }
 
@@ -65,21 +68,17 @@ const BEAT_EVERY: Duration = Duration::from_secs(2);
 pub fn run(plan: &Plan, board: Board) -> Infallible {
     logging::become_helper();
     board.beat();
-    let desk = Desk::new(board);
+    let own_ports = (plan.endpoint.iter())
+        .flat_map(|(listeners, _)| listeners)
+        .filter_map(|l| l.local_addr().ok().map(|a| a.port()))
+        .collect();
+    let desk = Desk::new(board, own_ports);
     if plan.app_check.is_some() && desk.board.check_passed() {
         // A helper started again: the previous one's verdict is gone, and the app,
         // past its start, is not ready until this one's first check says so.
         desk.set_check(health::AppCheck::Failing(
             "the helper process restarted: waiting for the app check".into(),
         ));
-    }
-    if let Some((listeners, _)) = &plan.endpoint {
-        desk.set_own_ports(
-            listeners
-                .iter()
-                .filter_map(|l| l.local_addr().ok().map(|a| a.port()))
-                .collect(),
-        );
     }
     if let Some((listeners, cap)) = &plan.endpoint {
         let copies: Vec<_> = listeners
@@ -89,7 +88,7 @@ pub fn run(plan: &Plan, board: Board) -> Infallible {
         endpoint::start(copies, desk.clone(), *cap);
     }
     app_check::start(plan.app_check.clone(), plan.check_interval, desk.clone());
-    if plan.sampled {
+    if plan.sampled() {
         metrics::start(plan.metrics.clone(), desk.clone());
     }
     let mut publisher = plan

@@ -135,13 +135,3 @@ pub fn leave(code: i32) -> ! {
     // SAFETY: _exit(2) ends the process; nothing after it runs.
     unsafe { libc::_exit(code) }
 }
-
-/// This process's pid in the /proc it sees (the helper's own entry, which the
-/// sampler leaves out of the app's figures).
-pub fn proc_self_pid() -> Option<i32> {
-    std::fs::read_link("/proc/self")
-        .ok()?
-        .to_str()?
-        .parse()
-        .ok()
-}

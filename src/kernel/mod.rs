@@ -13,12 +13,12 @@ mod signal_inbox;
 mod stdio;
 mod terminal;
 
-pub use helper_process::{fork_helper, leave, proc_self_pid, shared_words};
+pub use helper_process::{fork_helper, leave, shared_words};
 pub use kill::{is_pid1, own_pid, send, signal_everything_in_namespace};
 pub use limits::{raise_descriptor_limit, tune_listener};
 pub use proc::{
-    descendant_proc_pids, descendants, handles, own_children, proc_view, Descendant, ProcView,
-    SupervisorPending,
+    descendant_proc_pids, descendants, handles, own_children, proc_self_pid, proc_view, Descendant,
+    ProcView, SupervisorPending,
 };
 pub use process::{
     app_stopped, become_subreaper, has_children, reap_one, set_parent_death_signal, spawn_app,
@@ -27,5 +27,5 @@ pub use process::{
 pub use signal_inbox::{
     hear_children, reblock_every_signal, signal_pending, Received, SignalInbox, Woke,
 };
-pub use stdio::{guard_standard_descriptors, QuickStderr};
+pub use stdio::{guard_standard_descriptors, write_whole, QuickStderr};
 pub use terminal::{release_terminal, restore_terminal, stop_with_app, AppTerminal};

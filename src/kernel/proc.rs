@@ -13,14 +13,18 @@ pub fn handles(process: &Descendant, signal: Signal) -> bool {
     let Ok(status) = std::fs::read_to_string(format!("/proc/{}/status", process.proc_pid)) else {
         return false;
     };
-    let bits = |field: &str| {
-        status
-            .lines()
-            .find_map(|line| line.strip_prefix(field))
-            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-            .unwrap_or(0)
-    };
+    let bits = |field| status_mask(&status, field);
     (bits("SigCgt:") | bits("SigBlk:") | bits("SigIgn:")) & (1 << (signal.0 - 1)) != 0
+}
+
+/// A signal mask of a /proc status text (`SigCgt:`, `ShdPnd:` …); 0 when the line is
+/// missing or unreadable.
+fn status_mask(status: &str, field: &str) -> u64 {
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix(field))
+        .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
+        .unwrap_or(0)
 }
 
 /// A live process below lifeguard.
@@ -64,13 +68,18 @@ pub fn proc_view() -> ProcView {
     static VIEW: std::sync::OnceLock<ProcView> = std::sync::OnceLock::new();
     *VIEW.get_or_init(|| {
         let status = std::fs::read_to_string("/proc/self/status").ok();
-        let seen = std::fs::read_link("/proc/self").ok();
-        decide_proc_view(
-            own_pid(),
-            seen.as_deref().and_then(|p| p.to_str()?.parse().ok()),
-            status.as_deref(),
-        )
+        decide_proc_view(own_pid(), proc_self_pid(), status.as_deref())
     })
+}
+
+/// This process's pid in the /proc it sees (in the helper, its own entry, which the
+/// sampler leaves out of the app's figures).
+pub fn proc_self_pid() -> Option<i32> {
+    std::fs::read_link("/proc/self")
+        .ok()?
+        .to_str()?
+        .parse()
+        .ok()
 }
 
 /// The pure rule: `seen` is what /proc/self points to, `status` /proc/self/status.
@@ -353,12 +362,7 @@ impl SupervisorPending {
 /// Whether `signal` is in the `SigPnd` or `ShdPnd` mask of a /proc status text.
 fn pending_in(status: &[u8], signal: Signal) -> bool {
     let text = String::from_utf8_lossy(status);
-    ["SigPnd:", "ShdPnd:"].iter().any(|field| {
-        text.lines()
-            .find_map(|l| l.strip_prefix(field))
-            .and_then(|hex| u64::from_str_radix(hex.trim(), 16).ok())
-            .is_some_and(|bits| bits & (1 << (signal.0 - 1)) != 0)
-    })
+    (status_mask(&text, "SigPnd:") | status_mask(&text, "ShdPnd:")) & (1 << (signal.0 - 1)) != 0
 }
 
 #[cfg(test)]

@@ -3,7 +3,7 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd};
 
 /// A way to write lifeguard's log lines to stderr that never waits for a reader, so no
 /// writer thread is needed: stderr is shared with the app, so its own file
@@ -50,6 +50,22 @@ impl QuickStderr {
         };
         written.map_err(io::Error::from)
     }
+}
+
+/// All of `bytes` to `fd` with write(2), one call unless the kernel takes part (a pipe
+/// takes up to PIPE_BUF whole), again after EINTR. Straight on the descriptor, not
+/// through std's stdout or stderr lock: a thread stuck in a write to a stalled reader
+/// would hold that lock, and a helper forked meanwhile would inherit it held, for good.
+pub fn write_whole(fd: BorrowedFd, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        match nix::unistd::write(fd, bytes) {
+            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
+            Ok(n) => bytes = &bytes[n..],
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// If a standard descriptor is closed, park /dev/null (close-on-exec) on it: otherwise

@@ -374,6 +374,7 @@ impl Lifecycle {
         let State::Holding {
             since,
             left: seen_before,
+            cap_at,
             ..
         } = self.state
         else {
@@ -409,13 +410,7 @@ impl Lifecycle {
         }
         if seen_before.is_none() {
             // The hold's first figures: it is announced once.
-            let max = self.config.drain_max.unwrap_or_default();
-            let at_the_latest = match self.state {
-                State::Holding { term_at, .. } => {
-                    after(term_at, max).saturating_duration_since(now)
-                }
-                _ => Duration::ZERO,
-            };
+            let at_the_latest = cap_at.saturating_duration_since(now);
             actions.push(Action::HoldBegan {
                 in_flight,
                 at_the_latest,

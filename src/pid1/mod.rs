@@ -56,11 +56,7 @@ pub fn supervise(settings: Settings) -> anyhow::Result<u8> {
     // (the --listen lookup): block them again, once.
     kernel::reblock_every_signal();
     let terminal = kernel::release_terminal(&inbox);
-    // Samples are taken only for a reader: the endpoint, CloudWatch, or the drain's hold.
     let plan = helper::Plan {
-        sampled: endpoint.is_some()
-            || settings.cloudwatch.is_some()
-            || settings.metrics.inflight_port.is_some(),
         endpoint,
         app_check: settings.app_check.clone(),
         check_interval: settings.check_interval,
@@ -99,9 +95,6 @@ pub fn supervise(settings: Settings) -> anyhow::Result<u8> {
     };
     logging::info("app started", &[("pid", &app_pid), ("command", &program)]);
 
-    // What the helper process will read of lifeguard, decided here in PID 1: a fork
-    // copies it, and the helper could not (its pid and /proc/self are its own).
-    let _ = kernel::proc_view();
     let supervisor = Supervisor {
         keeper: Keeper::new(
             plan.needed(),

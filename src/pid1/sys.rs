@@ -100,6 +100,10 @@ impl Sys for Kernel {
         // The child's own handle on the page and bells, made here so a failure is
         // PID 1's to report.
         let copy = board.duplicate()?;
+        // What the helper will read of lifeguard, decided here in PID 1 (a run that
+        // never forks a helper never reads it): a fork copies it, and the helper could
+        // not (its pid and /proc/self are its own).
+        let _ = kernel::proc_view();
         let plan = &self.plan;
         kernel::fork_helper(self.inbox.as_raw_fd(), move || helper::run(plan, copy))
     }

@@ -19,18 +19,13 @@ use aws_sdk_cloudwatch::primitives::DateTime;
 use aws_sdk_cloudwatch::types::{Dimension, MetricDatum, StandardUnit};
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
 
+use super::config::operation_timeout;
 use super::outcome::Outcome;
 use super::plan::{Datum, Value};
 use super::{Config, Put, PutCall};
 
 /// How long the instance metadata address may take to answer, per lookup (no retry).
 const IMDS_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// The call's whole budget: within the interval (one late datum, never a queue of
-/// calls), and at most 5 s.
-pub fn operation_timeout(interval: Duration) -> Duration {
-    (interval.mul_f64(0.8)).min(Duration::from_secs(5))
-}
 
 pub struct Client {
     sdk: aws_sdk_cloudwatch::Client,

@@ -11,6 +11,12 @@ use std::time::Duration;
 pub const MAX_DIMENSIONS: usize = 30;
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
 
+/// A call's (or an EMF record's) whole budget: within the interval (one late datum,
+/// never a queue of calls), and at most 5 s.
+pub fn operation_timeout(interval: Duration) -> Duration {
+    (interval.mul_f64(0.8)).min(Duration::from_secs(5))
+}
+
 #[derive(Clone, Debug, PartialEq)]
 pub struct Config {
     /// Where the figures go: the PutMetricData API, or Embedded Metric Format records.

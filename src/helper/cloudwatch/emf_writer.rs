@@ -134,9 +134,8 @@ impl Destination {
         bytes.extend_from_slice(line.as_bytes());
         bytes.push(b'\n');
         match self {
-            Destination::Stdout => {
-                write_whole(&bytes).map_err(|e| format!("writing the EMF record to stdout: {e}"))
-            }
+            Destination::Stdout => crate::kernel::write_whole(io::stdout().as_fd(), &bytes)
+                .map_err(|e| format!("writing the EMF record to stdout: {e}")),
             Destination::Udp { agent, socket } => {
                 let (host, port) = (agent.0.as_str(), agent.1);
                 let addr = (host, port)
@@ -182,19 +181,4 @@ impl Destination {
             }
         }
     }
-}
-
-/// One write(2) of the whole record to stdout (more only if the kernel takes part of
-/// it, which a pipe does not for a record this size).
-fn write_whole(mut bytes: &[u8]) -> io::Result<()> {
-    let stdout = io::stdout();
-    while !bytes.is_empty() {
-        match nix::unistd::write(stdout.as_fd(), bytes) {
-            Ok(0) => return Err(io::Error::from(io::ErrorKind::WriteZero)),
-            Ok(n) => bytes = &bytes[n..],
-            Err(nix::errno::Errno::EINTR) => {}
-            Err(e) => return Err(e.into()),
-        }
-    }
-    Ok(())
 }

@@ -241,8 +241,7 @@ async fn run(config: Config, desk: Arc<Desk>, stopper: Stopper) {
 async fn connect(config: &Config) -> Result<Arc<dyn Put>, String> {
     match &config.sink {
         config::Sink::Emf(agent) => {
-            // As the SDK client's operation timeout: within the interval, at most 5 s.
-            let timeout = (config.interval.mul_f64(0.8)).min(Duration::from_secs(5));
+            let timeout = config::operation_timeout(config.interval);
             emf_writer::EmfSink::start(config, agent.clone(), timeout)
                 .map(|sink| Arc::new(sink) as Arc<dyn Put>)
                 .map_err(|e| format!("starting the EMF writer thread: {e}"))

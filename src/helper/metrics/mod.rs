@@ -427,7 +427,7 @@ async fn sample_forever(config: Config, task: Option<Arc<Mutex<TaskState>>>, des
         // Runnable threads cost a read per thread: counted only while the quota throttles.
         let share = quota_watch.throttled_share(reading.cpu_nr_periods, reading.cpu_nr_throttled);
         if share.is_some_and(|s| s > 0.0) {
-            sample.app.threads_running = quota::runnable_threads(&tree.pids);
+            sample.app.threads_running = Some(quota::runnable_threads(&tree.pids));
             if let Some(warning) = quota_watch.warning(
                 share,
                 sample.app.threads_running,

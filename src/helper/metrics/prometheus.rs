@@ -350,7 +350,7 @@ mod tests {
 
     #[test]
     fn lifecycle_families_are_always_there() {
-        let desk = Desk::new(crate::board::Board::new().unwrap());
+        let desk = Desk::new(crate::board::Board::new().unwrap(), Vec::new());
         desk.board.set_phase(Phase::Running);
         desk.set_check(AppCheck::Passing);
         desk.board.signal_forwarded(TERM);
@@ -386,7 +386,7 @@ mod tests {
 
     #[test]
     fn every_sampled_gauge_is_written_with_help_and_type() {
-        let desk = Desk::new(crate::board::Board::new().unwrap());
+        let desk = Desk::new(crate::board::Board::new().unwrap(), Vec::new());
         desk.set_sample(Sample {
             taken: Some(std::time::Instant::now()),
             cpu_usage_seconds: Some(12.5),

@@ -68,8 +68,8 @@ impl QuotaWatch {
 }
 
 /// Runnable threads (state `R`) among the threads of `pids`, from each thread's
-/// /proc/PID/task/TID/stat; None when a process could not be read whole.
-pub fn runnable_threads(pids: &[i32]) -> Option<u64> {
+/// /proc/PID/task/TID/stat (a process or thread gone meanwhile counts as not running).
+pub fn runnable_threads(pids: &[i32]) -> u64 {
     let mut running = 0;
     for pid in pids {
         let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
@@ -82,7 +82,7 @@ pub fn runnable_threads(pids: &[i32]) -> Option<u64> {
             }
         }
     }
-    Some(running)
+    running
 }
 
 /// The state letter of a /proc stat line: the field after the command, which may hold
