@@ -9,15 +9,7 @@ fn main() {
     let commit = std::env::var("LIFEGUARD_COMMIT")
         .ok()
         .filter(|c| !c.is_empty())
-        .or_else(|| {
-            let out = Command::new("git")
-                .args(["rev-parse", "--short=12", "HEAD"])
-                .output()
-                .ok()?;
-            out.status
-                .success()
-                .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
-        });
+        .or_else(|| git(&["rev-parse", "--short=12", "HEAD"]));
     let dirty = commit.is_some()
         && Command::new("git")
             .args([
@@ -42,10 +34,32 @@ fn main() {
         "cargo:rustc-env=LIFEGUARD_TARGET={}",
         std::env::var("TARGET").unwrap_or_default()
     );
-    // A new commit or a change to the sources: ask again.
-    for path in [".git/HEAD", ".git/index", "src", "Cargo.toml", "Cargo.lock"] {
-        if std::path::Path::new(path).exists() {
+    // A new commit or a change to the sources: ask again. A commit on a branch moves
+    // the branch's ref, not HEAD (which still says `ref: refs/heads/main`), and in a
+    // linked worktree `.git` is a file: ask git where HEAD, the ref it names, the packed
+    // refs and the index live (git-rev-parse(1), --git-path).
+    let mut watched: Vec<String> = ["src", "Cargo.toml", "Cargo.lock"]
+        .map(String::from)
+        .to_vec();
+    let branch = git(&["symbolic-ref", "-q", "HEAD"]);
+    for name in ["HEAD", "index", "packed-refs"]
+        .into_iter()
+        .chain(branch.as_deref())
+    {
+        watched.extend(git(&["rev-parse", "--git-path", name]));
+    }
+    for path in watched {
+        // A path that does not exist would make cargo run this script on every build.
+        if std::path::Path::new(&path).exists() {
             println!("cargo:rerun-if-changed={path}");
         }
     }
+}
+
+/// One line of git's answer, or None without git or outside a repository.
+fn git(args: &[&str]) -> Option<String> {
+    let out = Command::new("git").args(args).output().ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_string())
 }

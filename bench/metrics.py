@@ -320,7 +320,7 @@ def drain_cost(env, lifeguards, seconds):
             time.sleep(seconds)
             ms = (cpu_ns(pid) - first) / 1e6 / (time.monotonic() - t0)
             env.stop(p)
-            rows.append((label or "this build",
+            rows.append((label.rstrip(": ") or "this build",
                          "beside a sidecar (a new connection every 100 ms)" if sidecar
                          else "the app alone", f"{ms:.2f}"))
     return rows

@@ -18,7 +18,11 @@
 #![forbid(unsafe_code)]
 
 fn main() {
-    inflight::bench();
+    if std::env::args().any(|a| a == "--others") {
+        inflight::others_cost();
+    } else {
+        inflight::bench();
+    }
 }
 
 /// The in-flight reader's files, mounted as lifeguard mounts them, and the benchmark
@@ -92,6 +96,79 @@ mod inflight {
             child.wait().unwrap();
             drop(accepted);
         }
+    }
+
+    /// The drain's look at the namespace's other listeners (`--others`): at 1,000,
+    /// 10,000 and 50,000 sockets of a host's namespace (loopback pairs on an unrelated
+    /// listener), the median µs of the kernel-filtered dump of one sidecar's
+    /// connections (`sample_others`, what a drain reads every 100 ms beside other
+    /// listeners) against the whole table unfiltered (`sample_namespace`, the fallback
+    /// where the kernel cannot filter), legacy request. Raise the descriptor limit
+    /// first (`ulimit -n 100000`, as root).
+    pub(super) fn others_cost() {
+        let sidecar = TcpListener::bind("127.0.0.1:0").unwrap();
+        let sidecar_port = sidecar.local_addr().unwrap().port();
+        let sidecar_conns = connect_from_child(&sidecar, 4);
+        let mut held = Vec::new();
+        let mut open = 0;
+        println!("sockets  others_filtered_us  whole_table_us  (records: filtered, whole)");
+        for sockets in [1_000usize, 10_000, 50_000] {
+            let pairs = sockets / 2;
+            // Both ends in children of their own (the descriptor limit of a process
+            // here is 20,000), 8,000 pairs at most each.
+            while open < pairs {
+                let n = (pairs - open).min(8_000);
+                held.push(pairs_in_child(n));
+                open += n;
+            }
+            let mut reader = InFlightReader::with_ways(0, &LADDER[0..=0]).unwrap();
+            let runs = if sockets >= 10_000 { 51 } else { 301 };
+            let filtered = reader
+                .sample_others(&[sidecar_port])
+                .unwrap()
+                .unwrap()
+                .len();
+            let f = median_micros(runs, || {
+                reader.sample_others(&[sidecar_port]).unwrap().unwrap();
+            });
+            let whole = reader.sample_namespace().unwrap().len();
+            let w = median_micros(runs, || {
+                reader.sample_namespace().unwrap();
+            });
+            println!("{sockets:>7} {f:>19.1} {w:>15.1}  ({filtered}, {whole})");
+        }
+        for mut child in held {
+            drop(child.stdin.take());
+            child.wait().unwrap();
+        }
+        let (mut child, accepted) = sidecar_conns;
+        drop(child.stdin.take());
+        child.wait().unwrap();
+        drop(accepted);
+    }
+
+    /// `n` loopback pairs, both ends held by a python3 child (on a listener of its
+    /// own), until its stdin closes.
+    fn pairs_in_child(n: usize) -> Child {
+        let script = format!(
+            "import socket,sys\n\
+             l=socket.socket();l.bind(('127.0.0.1',0));l.listen(4096)\n\
+             c=[];a=[]\n\
+             for _ in range({n}):\n c.append(socket.create_connection(l.getsockname()));a.append(l.accept()[0])\n\
+             print('ready',flush=True)\nsys.stdin.read()\n"
+        );
+        let mut child = Command::new("python3")
+            .args(["-c", &script])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("python3");
+        let mut ready = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut ready)
+            .unwrap();
+        assert_eq!(ready.trim(), "ready");
+        child
     }
 
     fn median_micros(runs: usize, mut f: impl FnMut()) -> f64 {

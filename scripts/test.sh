@@ -44,3 +44,6 @@ cargo test --locked "$@"
 # The build without the AWS SDK, against the tests that do not need it.
 scripts/test-slim.sh
 scripts/test-aarch64.sh
+# The release's artifacts, built and checked as a release makes them (nothing is
+# uploaded): four static binaries, their SBOMs and checksums.
+scripts/release.sh

@@ -1,23 +1,34 @@
 //! The seam between PID 1 and the helper process, and the only thing they share: a
 //! page of memory mapped before the fork (kernel::shared_words), laid out as words of
 //! atomics, and three bells. Each side owns the fields it writes — supervision the
-//! phase, the SIGTERM mark, the signal and reaping counters, the drain's length and the
-//! helper restarts; the helper the app check's first pass, the traffic record and its
-//! heartbeat — and neither can hold anything against the other: no pointer, no lock, a
+//! phase, the SIGTERM mark, the signal and reaping counters, the drain's length, the
+//! helper restarts and whether the ready port listens; the helper the app check's
+//! verdict, the traffic record and its heartbeat — and neither can hold anything against the other: no pointer, no lock, a
 //! record written under a sequence number that a reader of a torn write simply asks
 //! again (a helper killed mid-write leaves the number odd, and supervision keeps the
-//! look it had). The records are defined here, in the vocabulary both sides speak
+//! look it had). Each side holds a handle of its own — `Board`, supervision's, and
+//! `HelperBoard`, the helper process's — with the writes of its own fields only, so the
+//! ownership is the types'. The records are defined here, in the vocabulary both sides speak
 //! (the phase, a look at the traffic); neither side's own types are.
 #![forbid(unsafe_code)]
 
 use std::io;
-use std::os::fd::{AsFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixDatagram;
 use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::kernel;
 use crate::signal_names::{self, Signal};
+use nix::sys::socket::MsgFlags;
+
+fn send(fd: BorrowedFd, bytes: &[u8], flags: MsgFlags) -> nix::Result<usize> {
+    nix::sys::socket::send(fd.as_raw_fd(), bytes, flags)
+}
+
+fn recv(fd: BorrowedFd, buf: &mut [u8], flags: MsgFlags) -> nix::Result<usize> {
+    nix::sys::socket::recv(fd.as_raw_fd(), buf, flags)
+}
 
 /// What observers (the HTTP endpoint, logs) see of the lifecycle.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,6 +64,11 @@ pub struct Look {
     pub last_busy: Option<Instant>,
     /// What that sample saw, for the log (the rule does not read it).
     pub busy_by: Busy,
+    /// Whether anything has ever been seen listening on the port since lifeguard
+    /// started (the Board keeps it across helper restarts; a record's writer need not
+    /// set it). Never: the port may be the wrong one, and the hold cannot tell the app
+    /// is idle.
+    pub port_seen: bool,
     /// Whether the network namespace's passive opens were held against the port (no
     /// other listener in the namespace to have taken them), for the log.
     pub namespace_counted: bool,
@@ -73,6 +89,9 @@ pub enum Busy {
     /// own endpoint do not account for: one that opened and closed between two looks,
     /// or one to another listener of the namespace (a sidecar's).
     NamespaceOpens,
+    /// The sampler started again during the drain (its helper process died): what came
+    /// since its predecessor's last look is unknown.
+    SamplerRestarted,
 }
 
 impl Busy {
@@ -84,6 +103,9 @@ impl Busy {
             Busy::BytesIn => "bytes received on a connection",
             Busy::NamespaceOpens => {
                 "a connection accepted elsewhere in the network namespace, or opened and closed between two looks"
+            }
+            Busy::SamplerRestarted => {
+                "the helper process started again during the drain: a whole --drain-quiet is looked at afresh"
             }
         }
     }
@@ -99,12 +121,13 @@ impl Phase {
 }
 
 impl Busy {
-    const ALL: [Busy; 5] = [
+    const ALL: [Busy; 6] = [
         Busy::Nothing,
         Busy::InFlight,
         Busy::NewConnection,
         Busy::BytesIn,
         Busy::NamespaceOpens,
+        Busy::SamplerRestarted,
     ];
 }
 
@@ -128,52 +151,117 @@ const TRAFFIC_TAKEN: usize = 9;
 const TRAFFIC_IN_FLIGHT: usize = 10;
 const TRAFFIC_LAST_BUSY: usize = 11;
 const TRAFFIC_BUSY_BY: usize = 12;
+/// The app check's latest verdict fails (1) or not (0: passing, or none yet).
+const CHECK_FAILING: usize = 13;
+/// The ready port listens (supervision opens and closes it).
+const READY_PORT_OPEN: usize = 14;
+/// The sampler has seen a listener on `--inflight-port` (once set, for good).
+const PORT_SEEN: usize = 15;
 /// One counter per signal number.
 const FORWARDED: usize = 16;
 const WORDS: usize = FORWARDED + signal_names::MAX as usize + 1;
 
-pub struct Board {
+/// What either side may read of the page. Each side writes through a handle of its own
+/// (`Board`, supervision's; `HelperBoard`, the helper process's), which has the writes
+/// of the fields that side owns and no others: the ownership is the types'.
+#[derive(Clone, Copy)]
+pub struct Page {
     words: &'static [AtomicU64],
     epoch: Instant,
-    /// Rung by the helper when supervision must look at the board (the app check's
-    /// first pass).
+}
+
+/// Supervision's handle: the page, the bell it waits on, and the bells it rings.
+pub struct Board {
+    page: Page,
+    /// Rung by the helper when supervision must look at the board (a change of the app
+    /// check's verdict).
     pub supervisor_bell: Bell,
-    /// Rung by supervision when the phase changes: a drain wants figures every 100 ms.
+    /// Rung on every phase change: a drain wants figures every 100 ms.
+    sampler_bell: Bell,
+    /// Rung when the helper must leave (`LEAVE`).
+    helper_bell: Bell,
+}
+
+/// The helper process's handle: the page, the bells its threads wait on, and the one it
+/// rings.
+pub struct HelperBoard {
+    page: Page,
+    supervisor_bell: Bell,
+    /// The sampler waits on it: the phase changed.
     pub sampler_bell: Bell,
-    /// Rung by supervision when the helper must leave (`LEAVE`).
+    /// The helper's main thread waits on it: asked to leave.
     pub helper_bell: Bell,
 }
 
+impl std::ops::Deref for Board {
+    type Target = Page;
+    fn deref(&self) -> &Page {
+        &self.page
+    }
+}
+
+impl std::ops::Deref for HelperBoard {
+    type Target = Page;
+    fn deref(&self) -> &Page {
+        &self.page
+    }
+}
+
 /// A wake-up call between threads or processes that never blocks the caller: a
-/// datagram socket pair whose one pending datagram is the ring (more are dropped while
-/// one waits).
+/// datagram socket pair, each pending datagram a ring.
+///
+/// Every send and receive says MSG_DONTWAIT itself rather than relying on O_NONBLOCK:
+/// the helper process shares these sockets' open file descriptions with PID 1 (a
+/// fork's copies, and `dup`s), so a file status flag that the helper or a library of
+/// its changes would change for PID 1 too, and a bell read could block supervision.
 pub struct Bell {
     tx: UnixDatagram,
     rx: UnixDatagram,
 }
 
+/// Rings one `clear` takes at most. A socket pair does not hold its queue to one ring:
+/// unix(7) datagram sockets let a sender queue up to `net.unix.max_dgram_qlen` (512)
+/// datagrams, and the kernel skips even that check when the peer is connected back to
+/// the sender, as in a pair, so a burst of rings can queue hundreds. What is left rings
+/// again at once: the next wait takes the next share.
+const CLEAR_AT_MOST: usize = 16;
+
 impl Bell {
     fn new() -> io::Result<Bell> {
         let (tx, rx) = UnixDatagram::pair()?;
+        // For the helper's runtime, which waits on its bells through epoll; supervision
+        // does not rely on it (above).
         tx.set_nonblocking(true)?;
         rx.set_nonblocking(true)?;
         Ok(Bell { tx, rx })
     }
 
-    /// Never waits: a full queue means a ring is already pending.
+    /// Never waits: with the queue full, a ring is already pending.
     pub fn ring(&self) {
-        let _ = self.tx.send(&[1]);
+        let _ = send(self.tx.as_fd(), &[1], MsgFlags::MSG_DONTWAIT);
     }
 
-    /// Takes every pending ring.
+    /// Takes the pending rings, at most `CLEAR_AT_MOST`, without waiting.
     pub fn clear(&self) {
         let mut buf = [0u8; 8];
-        while self.rx.recv(&mut buf).is_ok() {}
+        for _ in 0..CLEAR_AT_MOST {
+            if recv(self.rx.as_fd(), &mut buf, MsgFlags::MSG_DONTWAIT).is_err() {
+                break;
+            }
+        }
     }
 
     /// The side to wait on (poll).
     pub fn fd(&self) -> BorrowedFd<'_> {
         self.rx.as_fd()
+    }
+
+    /// Another handle on both ends (the other side's).
+    fn copy(&self) -> io::Result<Bell> {
+        Ok(Bell {
+            tx: self.tx.try_clone()?,
+            rx: self.rx.try_clone()?,
+        })
     }
 
     /// A copy of the side to wait on, for a listener of its own (a tokio runtime's).
@@ -182,43 +270,7 @@ impl Bell {
     }
 }
 
-impl Board {
-    /// Another handle on the same page and bells (the helper's, in its process).
-    pub fn duplicate(&self) -> io::Result<Board> {
-        let copy = |bell: &Bell| {
-            Ok::<_, io::Error>(Bell {
-                tx: bell.tx.try_clone()?,
-                rx: bell.rx.try_clone()?,
-            })
-        };
-        Ok(Board {
-            words: self.words,
-            epoch: self.epoch,
-            supervisor_bell: copy(&self.supervisor_bell)?,
-            sampler_bell: copy(&self.sampler_bell)?,
-            helper_bell: copy(&self.helper_bell)?,
-        })
-    }
-
-    /// Maps the page; call it before the helper is forked.
-    pub fn new() -> io::Result<Board> {
-        let board = Board {
-            words: kernel::shared_words(WORDS)?,
-            // Some way back, so an instant taken a little before the Board (a last
-            // busy look carried over) still has a place on its clock.
-            epoch: (1..=3600)
-                .rev()
-                .find_map(|s| Instant::now().checked_sub(Duration::from_secs(s)))
-                .unwrap_or_else(Instant::now),
-            supervisor_bell: Bell::new()?,
-            sampler_bell: Bell::new()?,
-            helper_bell: Bell::new()?,
-        };
-        board.words[PHASE].store(Phase::Starting as u64, Ordering::Relaxed);
-        board.words[DRAIN_SECONDS].store(f64::NAN.to_bits(), Ordering::Relaxed);
-        Ok(board)
-    }
-
+impl Page {
     fn word(&self, at: usize) -> u64 {
         self.words[at].load(Ordering::Acquire)
     }
@@ -231,7 +283,124 @@ impl Board {
         self.epoch + Duration::from_nanos(nanos)
     }
 
-    // Supervision's fields.
+    pub fn phase(&self) -> Phase {
+        Phase::from_word(self.word(PHASE))
+    }
+
+    /// Whether supervision has read a SIGTERM (see `Board::set_term_taken`).
+    pub fn term_taken(&self) -> bool {
+        self.words[TERM_TAKEN].load(Ordering::SeqCst) != 0
+    }
+
+    /// (signal, count) for every signal number.
+    pub fn forwarded(&self) -> impl Iterator<Item = (Signal, u64)> + '_ {
+        (1..=signal_names::MAX).map(|n| (Signal(n), self.word(FORWARDED + n as usize)))
+    }
+
+    pub fn zombies_reaped(&self) -> u64 {
+        self.word(ZOMBIES_REAPED)
+    }
+
+    /// The last drain's length, from its SIGTERM to the stop signal (or the app's exit).
+    pub fn drain_seconds(&self) -> Option<f64> {
+        let seconds = f64::from_bits(self.word(DRAIN_SECONDS));
+        (!seconds.is_nan()).then_some(seconds)
+    }
+
+    pub fn helper_restarts(&self) -> u64 {
+        self.word(HELPER_RESTARTS)
+    }
+
+    /// Whether supervision has asked the helper to leave.
+    pub fn leave_asked(&self) -> bool {
+        self.word(LEAVE) != 0
+    }
+
+    /// Whether supervision keeps the ready port listening.
+    pub fn ready_port_open(&self) -> bool {
+        self.word(READY_PORT_OPEN) != 0
+    }
+
+    /// Whether the app check has passed once.
+    pub fn check_passed(&self) -> bool {
+        self.word(CHECK_PASSED) != 0
+    }
+
+    /// Whether the app check's latest verdict fails.
+    pub fn check_failing(&self) -> bool {
+        self.word(CHECK_FAILING) != 0
+    }
+
+    /// When the helper last beat (None: never, or a beat that lies in the future: a
+    /// helper that wrote a wrong time must not switch the watchdog off).
+    pub fn last_beat(&self) -> Option<Instant> {
+        let beat = self.at(self.word(HEARTBEAT).checked_sub(1)?);
+        (beat <= Instant::now()).then_some(beat)
+    }
+
+    /// The latest traffic figures, for the hold; `Err` when the record is being
+    /// written this instant, or was left half-written by a helper that died (the
+    /// caller keeps the look it had: supervision never waits).
+    pub fn traffic(&self) -> Result<Option<Look>, ()> {
+        let before = self.words[TRAFFIC_SEQ].load(Ordering::Acquire);
+        if before % 2 == 1 {
+            return Err(());
+        }
+        let taken = self.words[TRAFFIC_TAKEN].load(Ordering::Relaxed);
+        let in_flight = self.words[TRAFFIC_IN_FLIGHT].load(Ordering::Relaxed);
+        let last_busy = self.words[TRAFFIC_LAST_BUSY].load(Ordering::Relaxed);
+        let busy_word = self.words[TRAFFIC_BUSY_BY].load(Ordering::Relaxed);
+        let (busy_by, namespace_counted) = (busy_word & 0xff, busy_word & 0x100 != 0);
+        fence(Ordering::Acquire);
+        if self.words[TRAFFIC_SEQ].load(Ordering::Relaxed) != before {
+            return Err(());
+        }
+        if before == 0 {
+            return Ok(None); // never written
+        }
+        Ok(Some(Look {
+            taken: self.at(taken),
+            in_flight: in_flight.checked_sub(1),
+            last_busy: last_busy.checked_sub(1).map(|n| self.at(n)),
+            busy_by: Busy::ALL.get(busy_by as usize).copied().unwrap_or_default(),
+            namespace_counted,
+            port_seen: self.word(PORT_SEEN) != 0,
+        }))
+    }
+}
+
+impl Board {
+    /// Maps the page; call it before the helper is forked.
+    pub fn new() -> io::Result<Board> {
+        let page = Page {
+            words: kernel::shared_words(WORDS)?,
+            // Some way back, so an instant taken a little before the Board (a last
+            // busy look carried over) still has a place on its clock.
+            epoch: (1..=3600)
+                .rev()
+                .find_map(|s| Instant::now().checked_sub(Duration::from_secs(s)))
+                .unwrap_or_else(Instant::now),
+        };
+        page.words[PHASE].store(Phase::Starting as u64, Ordering::Relaxed);
+        page.words[DRAIN_SECONDS].store(f64::NAN.to_bits(), Ordering::Relaxed);
+        Ok(Board {
+            page,
+            supervisor_bell: Bell::new()?,
+            sampler_bell: Bell::new()?,
+            helper_bell: Bell::new()?,
+        })
+    }
+
+    /// The helper process's handle on the same page and bells: its own descriptors of
+    /// the bells (made here, so a failure is supervision's to report).
+    pub fn for_helper(&self) -> io::Result<HelperBoard> {
+        Ok(HelperBoard {
+            page: self.page,
+            supervisor_bell: self.supervisor_bell.copy()?,
+            sampler_bell: self.sampler_bell.copy()?,
+            helper_bell: self.helper_bell.copy()?,
+        })
+    }
 
     /// The sampler hears of the change at once (a drain wants its figures every 100 ms
     /// from now).
@@ -273,83 +442,29 @@ impl Board {
         self.helper_bell.ring();
     }
 
-    /// Whether the app check has passed once.
-    pub fn check_passed(&self) -> bool {
-        self.word(CHECK_PASSED) != 0
+    /// The ready port listens, or not (the helper takes connections off its queue while
+    /// it does).
+    pub fn set_ready_port(&self, open: bool) {
+        self.words[READY_PORT_OPEN].store(u64::from(open), Ordering::Release);
+    }
+}
+
+impl HelperBoard {
+    /// The bells' descriptors, both ends of each: what the helper process keeps of
+    /// those a fork gives it.
+    pub fn fds(&self) -> impl Iterator<Item = std::os::fd::RawFd> + '_ {
+        [&self.supervisor_bell, &self.sampler_bell, &self.helper_bell]
+            .into_iter()
+            .flat_map(|bell| [bell.tx.as_raw_fd(), bell.rx.as_raw_fd()])
     }
 
-    /// When the helper last beat (None: never).
-    pub fn last_beat(&self) -> Option<Instant> {
-        self.word(HEARTBEAT).checked_sub(1).map(|n| self.at(n))
-    }
-
-    /// The latest traffic figures, for the hold; `Err` when the record is being
-    /// written this instant, or was left half-written by a helper that died (the
-    /// caller keeps the look it had: supervision never waits).
-    pub fn traffic(&self) -> Result<Option<Look>, ()> {
-        let before = self.words[TRAFFIC_SEQ].load(Ordering::Acquire);
-        if before % 2 == 1 {
-            return Err(());
-        }
-        let taken = self.words[TRAFFIC_TAKEN].load(Ordering::Relaxed);
-        let in_flight = self.words[TRAFFIC_IN_FLIGHT].load(Ordering::Relaxed);
-        let last_busy = self.words[TRAFFIC_LAST_BUSY].load(Ordering::Relaxed);
-        let busy_word = self.words[TRAFFIC_BUSY_BY].load(Ordering::Relaxed);
-        let (busy_by, namespace_counted) = (busy_word & 0xff, busy_word & 0x100 != 0);
-        fence(Ordering::Acquire);
-        if self.words[TRAFFIC_SEQ].load(Ordering::Relaxed) != before {
-            return Err(());
-        }
-        if before == 0 {
-            return Ok(None); // never written
-        }
-        Ok(Some(Look {
-            taken: self.at(taken),
-            in_flight: in_flight.checked_sub(1),
-            last_busy: last_busy.checked_sub(1).map(|n| self.at(n)),
-            busy_by: Busy::ALL.get(busy_by as usize).copied().unwrap_or_default(),
-            namespace_counted,
-        }))
-    }
-
-    // The helper's fields.
-
-    pub fn phase(&self) -> Phase {
-        Phase::from_word(self.word(PHASE))
-    }
-
-    /// Whether supervision has read a SIGTERM (see `set_term_taken`).
-    pub fn term_taken(&self) -> bool {
-        self.words[TERM_TAKEN].load(Ordering::SeqCst) != 0
-    }
-
-    /// (signal, count) for every signal number.
-    pub fn forwarded(&self) -> impl Iterator<Item = (Signal, u64)> + '_ {
-        (1..=signal_names::MAX).map(|n| (Signal(n), self.word(FORWARDED + n as usize)))
-    }
-
-    pub fn zombies_reaped(&self) -> u64 {
-        self.word(ZOMBIES_REAPED)
-    }
-
-    /// The last drain's length, from its SIGTERM to the stop signal (or the app's exit).
-    pub fn drain_seconds(&self) -> Option<f64> {
-        let seconds = f64::from_bits(self.word(DRAIN_SECONDS));
-        (!seconds.is_nan()).then_some(seconds)
-    }
-
-    pub fn helper_restarts(&self) -> u64 {
-        self.word(HELPER_RESTARTS)
-    }
-
-    /// Whether supervision has asked the helper to leave.
-    pub fn leave_asked(&self) -> bool {
-        self.word(LEAVE) != 0
-    }
-
-    /// The app check passed; the first pass wakes supervision (Starting → Running).
-    pub fn set_check_passed(&self) {
-        if self.words[CHECK_PASSED].swap(1, Ordering::AcqRel) == 0 {
+    /// The app check's verdict. Supervision hears of every change (the ready port
+    /// follows it) and of the first pass (Starting → Running).
+    pub fn set_check(&self, passing: bool) {
+        let failing = u64::from(!passing);
+        let changed = self.words[CHECK_FAILING].swap(failing, Ordering::AcqRel) != failing;
+        let first_pass = passing && self.words[CHECK_PASSED].swap(1, Ordering::AcqRel) == 0;
+        if changed || first_pass {
             self.supervisor_bell.ring();
         }
     }
@@ -360,7 +475,15 @@ impl Board {
         self.words[HEARTBEAT].store(now, Ordering::Release);
     }
 
-    /// The traffic figures of the sampler's latest look (one writer: the sampler).
+    /// The sampler saw a listener on the port (kept for good, across helper restarts).
+    pub fn set_port_seen(&self) {
+        if self.word(PORT_SEEN) == 0 {
+            self.words[PORT_SEEN].store(1, Ordering::Release);
+        }
+    }
+
+    /// The traffic figures of the sampler's latest look (one writer: the sampler);
+    /// `port_seen` is the Board's own (`set_port_seen`).
     pub fn set_traffic(&self, look: Look) {
         let seq = &self.words[TRAFFIC_SEQ];
         // Even again if a writer died mid-write (the previous helper).
@@ -392,33 +515,49 @@ mod tests {
     #[test]
     fn each_sides_fields_read_back_on_the_other() {
         let board = Board::new().unwrap();
-        assert_eq!(board.phase(), Phase::Starting);
+        let helper = board.for_helper().unwrap();
+        assert_eq!(helper.phase(), Phase::Starting);
         board.set_phase(Phase::Running);
-        assert_eq!(board.phase(), Phase::Running);
+        assert_eq!(helper.phase(), Phase::Running);
         board.signal_forwarded(signal_names::TERM);
         board.signal_forwarded(signal_names::TERM);
         board.signal_forwarded(signal_names::HUP);
-        let forwarded: Vec<_> = board.forwarded().filter(|(_, n)| *n > 0).collect();
+        let forwarded: Vec<_> = helper.forwarded().filter(|(_, n)| *n > 0).collect();
         assert_eq!(
             forwarded,
             vec![(signal_names::HUP, 1), (signal_names::TERM, 2)]
         );
         board.zombie_reaped();
-        assert_eq!(board.zombies_reaped(), 1);
-        assert_eq!(board.drain_seconds(), None);
+        assert_eq!(helper.zombies_reaped(), 1);
+        assert_eq!(helper.drain_seconds(), None);
         board.set_drain_seconds(2.5);
-        assert_eq!(board.drain_seconds(), Some(2.5));
-        assert!(!board.term_taken());
+        assert_eq!(helper.drain_seconds(), Some(2.5));
+        assert!(!helper.term_taken());
         board.set_term_taken();
-        assert!(board.term_taken());
-        assert!(!board.leave_asked());
+        assert!(helper.term_taken());
+        assert!(!helper.leave_asked());
         board.ask_helper_to_leave();
-        assert!(board.leave_asked());
+        assert!(helper.leave_asked());
+        assert!(!helper.ready_port_open());
+        board.set_ready_port(true);
+        assert!(helper.ready_port_open());
+    }
+
+    #[test]
+    fn a_heartbeat_from_the_future_is_no_heartbeat() {
+        let board = Board::new().unwrap();
+        assert_eq!(board.last_beat(), None);
+        board.for_helper().unwrap().beat();
+        assert!(board.last_beat().is_some_and(|b| b <= Instant::now()));
+        let later = board.since_epoch(Instant::now() + Duration::from_secs(3600)) + 1;
+        board.words[HEARTBEAT].store(later, Ordering::Release);
+        assert_eq!(board.last_beat(), None);
     }
 
     #[test]
     fn the_traffic_record_round_trips_and_a_torn_write_is_refused() {
         let board = Board::new().unwrap();
+        let helper = board.for_helper().unwrap();
         assert_eq!(board.traffic(), Ok(None));
         let now = Instant::now();
         let look = Look {
@@ -427,11 +566,15 @@ mod tests {
             last_busy: Some(now - Duration::from_millis(300)),
             busy_by: Busy::NewConnection,
             namespace_counted: true,
+            port_seen: false,
         };
-        board.set_traffic(look);
+        helper.set_traffic(look);
         let back = board.traffic().unwrap().unwrap();
         assert_eq!(back.in_flight, Some(0));
         assert_eq!(back.busy_by, Busy::NewConnection);
+        assert!(!back.port_seen);
+        helper.set_port_seen();
+        assert!(board.traffic().unwrap().unwrap().port_seen);
         let close =
             |a: Instant, b: Instant| a.max(b).duration_since(a.min(b)) < Duration::from_micros(1);
         assert!(close(back.taken, now));
@@ -443,7 +586,7 @@ mod tests {
         // (and keeps its last look); the next writer makes it whole again.
         board.words[TRAFFIC_SEQ].fetch_add(1, Ordering::Relaxed);
         assert_eq!(board.traffic(), Err(()));
-        board.set_traffic(Look {
+        helper.set_traffic(Look {
             in_flight: None,
             last_busy: None,
             ..look
@@ -453,26 +596,68 @@ mod tests {
     }
 
     #[test]
-    fn bells_ring_once_per_wait_and_the_check_rings_on_its_first_pass() {
+    fn bells_ring_once_per_wait_and_the_check_rings_on_each_change() {
         use nix::poll::{poll, PollFd, PollFlags};
         let board = Board::new().unwrap();
+        let helper = board.for_helper().unwrap();
         let rung = |bell: &Bell| {
             let mut fds = [PollFd::new(bell.fd(), PollFlags::POLLIN)];
             poll(&mut fds, 0u8).unwrap() == 1
         };
         assert!(!rung(&board.supervisor_bell));
-        board.set_check_passed();
+        helper.set_check(true);
         assert!(rung(&board.supervisor_bell) && board.check_passed());
         board.supervisor_bell.clear();
-        board.set_check_passed();
-        assert!(!rung(&board.supervisor_bell), "only the first pass rings");
-        // Many rings, one wake-up, never a blocked caller.
+        helper.set_check(true);
+        assert!(!rung(&board.supervisor_bell), "a pass again is no news");
+        // Every change of verdict rings (the ready port follows it); the first pass
+        // stays known.
+        helper.set_check(false);
+        assert!(rung(&board.supervisor_bell) && board.check_failing());
+        board.supervisor_bell.clear();
+        helper.set_check(false);
+        assert!(!rung(&board.supervisor_bell));
+        helper.set_check(true);
+        assert!(rung(&board.supervisor_bell) && !board.check_failing());
+        assert!(board.check_passed());
+        board.supervisor_bell.clear();
+        // Many rings never block the caller, and one clear takes a bounded share of
+        // them: the rest ring again, and a few more clears take them all.
         for _ in 0..100_000 {
             board.set_phase(Phase::Draining);
         }
-        assert!(rung(&board.sampler_bell));
-        board.sampler_bell.clear();
-        assert!(!rung(&board.sampler_bell));
-        assert_eq!(board.phase(), Phase::Draining);
+        assert!(rung(&helper.sampler_bell));
+        let mut clears = 0;
+        while rung(&helper.sampler_bell) {
+            helper.sampler_bell.clear();
+            clears += 1;
+            assert!(clears <= 100_000 / CLEAR_AT_MOST + 1, "clear is unbounded");
+        }
+        assert!(
+            clears > 1,
+            "a burst queues more than one ring ({clears} clears)"
+        );
+        assert_eq!(helper.phase(), Phase::Draining);
+        // A copy of the descriptions made blocking (as a helper library might) changes
+        // nothing for the bell: ring and clear still never wait.
+        let copy = board.for_helper().unwrap();
+        copy.sampler_bell.rx.set_nonblocking(false).unwrap();
+        copy.sampler_bell.tx.set_nonblocking(false).unwrap();
+        let (done, finished) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            helper.sampler_bell.clear();
+            helper.sampler_bell.clear();
+            for _ in 0..100_000 {
+                board.sampler_bell.ring();
+            }
+            helper.sampler_bell.clear();
+            let _ = done.send(());
+        });
+        assert!(
+            finished
+                .recv_timeout(std::time::Duration::from_secs(10))
+                .is_ok(),
+            "a bell blocked once a copy of its descriptions was made blocking"
+        );
     }
 }

@@ -3,16 +3,20 @@
 //! hang at a named point, to prove that no helper can take PID 1 down or slow it down.
 //! Without the feature every point compiles to nothing.
 //!
-//! `LIFEGUARD_FAULT=point[:N|:hang|:pause=MS|:abort|:overflow],...`: panic at `point`
-//! every time, the first N times, hang there for good, stall there MS milliseconds each
-//! time, abort the process (what a panic while unwinding, a failed allocation or a
-//! dependency's `abort()` do), or overflow the thread's stack (what runaway recursion
-//! does): the last two no unwinding can catch, and end the whole helper process. The
-//! points: `endpoint-request` (answering a request), `endpoint-accept` (the accept
-//! loop), `app-check`, `sampler`, `cloudwatch-publish`, `log-locked` (a helper's log
-//! line, inside the logging lock), and one on the supervision thread itself,
-//! `signals-taken` (signals just read, not yet handled: the instant a preempted main
-//! thread would stretch), for `pause` only.
+//! `LIFEGUARD_FAULT=point[:N|:once|:hang|:pause=MS|:abort|:overflow|:blocking|:child],...`:
+//! panic at `point` every time, the first N times (in each helper process), once in the
+//! whole run (the first helper process alone), hang there for good, stall there MS
+//! milliseconds each time, abort the process (what a panic while unwinding, a failed
+//! allocation or a dependency's `abort()` do), overflow the thread's stack (what runaway
+//! recursion does) — the last two no unwinding can catch, and end the whole helper
+//! process —, clear O_NONBLOCK on every descriptor of the process (what a library that
+//! wants blocking I/O does), or start a child process of its own once (`sleep 600`,
+//! its pid printed on stdout as `helper-child PID`). The points: `endpoint-request`
+//! (answering a request), `endpoint-accept` (the accept loop), `app-check`, `sampler`,
+//! `cloudwatch-publish`, `log-locked` (a helper's log line, inside the logging lock),
+//! `helper-main` (the helper process's main thread, each heartbeat), and one on the
+//! supervision thread itself, `signals-taken` (signals just read, not yet handled: the
+//! instant a preempted main thread would stretch), for `pause` only.
 #![forbid(unsafe_code)]
 
 /// Marks a place where a test may inject a fault.
@@ -30,6 +34,27 @@ pub fn point(name: &str) {
         Times::Hang => loop {
             std::thread::park();
         },
+        Times::Blocking => clear_nonblocking(),
+        Times::OncePerRun => {
+            // Once for the whole run, not once per helper process: a marker file named
+            // after the parent and its PID namespace (as PID 1 every run's parent is 1).
+            let namespace = std::fs::read_link("/proc/self/ns/pid")
+                .map(|l| l.display().to_string().replace(['[', ']', ':'], ""))
+                .unwrap_or_default();
+            let marker = std::env::temp_dir().join(format!(
+                "lifeguard-fault-{namespace}-{}-{name}",
+                std::os::unix::process::parent_id()
+            ));
+            if std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&marker)
+                .is_ok()
+            {
+                panic!("injected fault at {name}");
+            }
+        }
+        Times::Child => spawn_child(),
         Times::Pause(ms) => std::thread::sleep(std::time::Duration::from_millis(ms)),
         Times::Abort => std::process::abort(),
         Times::Overflow => {
@@ -57,9 +82,47 @@ fn overflow(depth: u64) -> u64 {
     overflow(depth + 1) + frame[(depth % 512) as usize]
 }
 
+/// What a library that wants blocking I/O does to every descriptor it is handed:
+/// clears O_NONBLOCK, on each descriptor of the process (its open file description).
+#[cfg(feature = "fault-injection")]
+fn clear_nonblocking() {
+    use nix::fcntl::{fcntl, FcntlArg, OFlag};
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    for fd in fds {
+        if let Ok(flags) = fcntl(fd, FcntlArg::F_GETFL) {
+            let flags = OFlag::from_bits_truncate(flags) - OFlag::O_NONBLOCK;
+            let _ = fcntl(fd, FcntlArg::F_SETFL(flags));
+        }
+    }
+}
+
+/// A child of the helper's own, once (what a library that runs a command does):
+/// `sleep 600`, which prints its pid on stdout as `helper-child PID`.
+#[cfg(feature = "fault-injection")]
+fn spawn_child() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        if let Ok(child) = std::process::Command::new("sleep").arg("600").spawn() {
+            let line = format!("helper-child {}\n", child.id());
+            let _ = crate::kernel::write_whole(
+                std::os::fd::AsFd::as_fd(&std::io::stdout()),
+                line.as_bytes(),
+            );
+        }
+    });
+}
+
 #[cfg(feature = "fault-injection")]
 enum Times {
     Abort,
+    Blocking,
+    Child,
+    OncePerRun,
     Overflow,
     Always,
     First(std::sync::atomic::AtomicU32),
@@ -86,6 +149,9 @@ fn armed() -> &'static [Fault] {
                     Some((point, "hang")) => (point, Times::Hang),
                     Some((point, "abort")) => (point, Times::Abort),
                     Some((point, "overflow")) => (point, Times::Overflow),
+                    Some((point, "blocking")) => (point, Times::Blocking),
+                    Some((point, "child")) => (point, Times::Child),
+                    Some((point, "once")) => (point, Times::OncePerRun),
                     Some((point, pause)) if pause.starts_with("pause=") => (
                         point,
                         Times::Pause(pause["pause=".len()..].parse().unwrap_or(100)),

@@ -18,7 +18,7 @@ use std::fmt::{self, Display, Write as _};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::mpsc::{self, SyncSender, TrySendError};
 use std::sync::{Mutex, OnceLock};
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use crate::kernel::QuickStderr;
 
@@ -176,13 +176,26 @@ pub fn start_writer() {
 
 /// In the helper process, first thing after the fork: the supervision thread's own
 /// queue stays with supervision (this copy of it would be written by nobody, and lines
-/// queued before the fork are PID 1's to write), and a writer thread, if PID 1 has one,
-/// is not in this process: the helper starts its own.
+/// queued before the fork are PID 1's to write), and the helper writes through stderr
+/// descriptions of its own. PID 1's non-blocking description of stderr is not the
+/// helper's to share: a file status flag is the description's, and a helper (or a
+/// library of its) that cleared O_NONBLOCK on it would make PID 1's next write wait for
+/// the reader. The helper closed its copy at the fork (kernel/helper_process.rs) and
+/// opens its own; a writer thread, if PID 1 has one, is not in this process either.
 pub fn become_helper() {
     OWN.with(|own| *own.borrow_mut() = None);
-    if matches!(SINK.get(), Some(Sink::Thread(_))) {
-        let _ = HELPER_SINK.set(writer_thread());
-    }
+    let sink = match SINK.get() {
+        Some(Sink::Quick { .. }) => match QuickStderr::open() {
+            Some(out) => Sink::Quick {
+                out,
+                shared: Mutex::new(Queue::default()),
+            },
+            None => writer_thread(),
+        },
+        Some(Sink::Thread(_)) => writer_thread(),
+        Some(Sink::WarningsOnly) | None => Sink::WarningsOnly,
+    };
+    let _ = HELPER_SINK.set(sink);
 }
 
 /// Where lines go in this process.
@@ -435,12 +448,47 @@ fn text_line(level: Level, msg: &dyn Display, fields: &[Field]) -> String {
     line
 }
 
+/// UTC to the millisecond, as log shippers parse it (`2023-11-14T22:13:20.123Z`); a
+/// clock before 1970 is written as the epoch.
+struct Rfc3339Millis(SystemTime);
+
+impl Display for Rfc3339Millis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let since = self.0.duration_since(UNIX_EPOCH).unwrap_or_default();
+        let (days, secs) = (since.as_secs() / 86_400, since.as_secs() % 86_400);
+        // Days to a proleptic Gregorian date in eras of 400 years (146,097 days), counted
+        // from 0000-03-01 so that the leap day ends a year: H. Hinnant, "chrono-Compatible
+        // Low-Level Date Algorithms", civil_from_days.
+        let z = days + 719_468;
+        let (era, day_of_era) = (z / 146_097, z % 146_097);
+        let year_of_era =
+            (day_of_era - day_of_era / 1_460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+        let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+        let shifted_month = (5 * day_of_year + 2) / 153;
+        let day = day_of_year - (153 * shifted_month + 2) / 5 + 1;
+        let month = if shifted_month < 10 {
+            shifted_month + 3
+        } else {
+            shifted_month - 9
+        };
+        let year = year_of_era + era * 400 + u64::from(month <= 2);
+        write!(
+            f,
+            "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+            secs / 3_600,
+            secs % 3_600 / 60,
+            secs % 60,
+            since.subsec_millis()
+        )
+    }
+}
+
 fn json_line(level: Level, msg: &dyn Display, fields: &[Field], now: SystemTime) -> String {
     let mut line = String::from("{");
     let _ = write!(
         line,
         "\"time\":\"{}\",\"level\":\"{}\",\"msg\":",
-        humantime::format_rfc3339_millis(now),
+        Rfc3339Millis(now),
         level.name()
     );
     json_string(&mut line, &msg.to_string());
@@ -530,6 +578,21 @@ mod tests {
             "{\"time\":\"2023-11-14T22:13:20.123Z\",\"level\":\"info\",\"msg\":\"say \\\"hi\\\"\\n\",\
              \"pid\":7,\"signal\":\"SIGTERM\",\"code\":\"007\"}\n"
         );
+    }
+
+    #[test]
+    fn timestamps_are_utc_dates_across_leap_days_and_centuries() {
+        for (secs, text) in [
+            (0, "1970-01-01T00:00:00.000Z"),
+            (951_782_400, "2000-02-29T00:00:00.000Z"),
+            (951_868_799, "2000-02-29T23:59:59.000Z"),
+            (1_709_251_199, "2024-02-29T23:59:59.000Z"),
+            (1_735_689_599, "2024-12-31T23:59:59.000Z"),
+            (4_107_542_400, "2100-03-01T00:00:00.000Z"),
+        ] {
+            let at = UNIX_EPOCH + Duration::from_secs(secs);
+            assert_eq!(Rfc3339Millis(at).to_string(), text);
+        }
     }
 
     #[test]

@@ -23,7 +23,7 @@ pub fn within(host: &str, port: u16, limit: Duration) -> Option<io::Result<Vec<S
             kernel::reblock_every_signal();
             let _ = tx.send((name.as_str(), port).to_socket_addrs().map(|a| {
                 let mut addrs: Vec<_> = a.collect();
-                addrs.sort();
+                addrs.sort_unstable();
                 addrs.dedup();
                 addrs
             }));

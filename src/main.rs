@@ -10,11 +10,15 @@ mod helper;
 mod kernel;
 mod logging;
 mod lookup;
+mod panics;
 mod pid1;
 mod probe;
+mod seconds;
 mod signal_names;
 
+use std::convert::Infallible;
 use std::io::Write;
+use std::os::fd::{AsRawFd, RawFd};
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -22,7 +26,7 @@ use crate::cli::Parsed;
 use crate::pid1::EXIT_SETUP_FAILED;
 
 fn main() -> ExitCode {
-    helper::threads::catch_panics();
+    panics::install();
     let code = match run() {
         Ok(code) => code,
         Err(err) => {
@@ -55,6 +59,12 @@ fn run() -> anyhow::Result<ExitCode> {
     for warning in &settings.warnings {
         logging::warn(warning, &[]);
     }
+    if settings.probe.is_none() {
+        let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+        for warning in cli::unknown_variables(names) {
+            logging::warn(warning, &[]);
+        }
+    }
     if let Some((target, timeout)) = &settings.probe {
         return Ok(ExitCode::from(probe::run(
             target,
@@ -62,5 +72,48 @@ fn run() -> anyhow::Result<ExitCode> {
             *timeout,
         )));
     }
-    pid1::supervise(*settings).map(ExitCode::from)
+    // PID 1 gets the helper process as an entry point and what it keeps; only this
+    // file knows both halves.
+    let (app_check, check_interval) = (settings.app_check.clone(), settings.check_interval);
+    let (metrics, cloudwatch) = (settings.metrics.clone(), settings.cloudwatch.clone());
+    let helper = move |sockets: pid1::Sockets| -> Box<dyn pid1::HelperProcess> {
+        Box::new(helper::Plan {
+            endpoint: sockets.endpoint,
+            ready_port: sockets.ready_port,
+            app_check,
+            check_interval,
+            metrics,
+            cloudwatch,
+        })
+    };
+    let sizes = pid1::EndpointSizes {
+        max_connections: helper::endpoint::MAX_CONNECTIONS,
+        receive_buffer: helper::endpoint::RECEIVE_BUFFER,
+        send_buffer: helper::endpoint::SEND_BUFFER,
+    };
+    pid1::supervise(*settings, sizes, helper).map(ExitCode::from)
+}
+
+/// How supervision sees the helper process: through this and the Board alone (pid1/
+/// imports nothing of helper/, nor helper/ of pid1/).
+impl pid1::HelperProcess for helper::Plan {
+    fn needed(&self) -> bool {
+        helper::Plan::needed(self)
+    }
+
+    fn publishes(&self) -> bool {
+        helper::Plan::publishes(self)
+    }
+
+    fn keeps(&self) -> Vec<RawFd> {
+        (self.endpoint.iter())
+            .flat_map(|(listeners, _)| listeners)
+            .chain(&self.ready_port)
+            .map(|l| l.as_raw_fd())
+            .collect()
+    }
+
+    fn run(&self, board: board::HelperBoard) -> Infallible {
+        helper::run(self, board)
+    }
 }

@@ -35,7 +35,7 @@ pub fn run(target: &ProbeTarget, listen: Listen, timeout: Duration) -> u8 {
         Err(Failure::Reason(reason)) => fail(&reason),
         Err(Failure::Late) => fail(&format!(
             "GET {uri}: no answer within {}",
-            humantime::format_duration(timeout)
+            crate::seconds::human(timeout)
         )),
     }
 }

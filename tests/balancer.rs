@@ -20,7 +20,10 @@ struct Backend {
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Init {
+    /// Checked by HTTP on /readyz.
     Lifeguard,
+    /// Checked by a TCP connect to its ready port (`--ready-port`).
+    LifeguardReadyPort,
     Tini,
 }
 
@@ -29,24 +32,26 @@ fn backend(init: Init) -> Backend {
     let port_text = port.to_string();
     let app = ["--http", &port_text, "--die-on-term"];
     match init {
-        Init::Lifeguard => {
-            let check_port = free_port();
-            let listen = listen_flag(check_port);
-            let run = start(
-                Mode::Pid1,
-                &args(
-                    &[
-                        "-v",
-                        "--listen",
-                        &listen,
-                        "--drain-delay",
-                        "2s",
-                        "--inflight-port",
-                        &port_text,
-                    ],
-                    &app,
-                ),
-            );
+        Init::Lifeguard | Init::LifeguardReadyPort => {
+            let (endpoint, ready) = (free_port(), free_port());
+            let listen = listen_flag(endpoint);
+            let ready_text = ready.to_string();
+            let mut flags = vec![
+                "-v",
+                "--listen",
+                &listen,
+                "--drain-delay",
+                "2s",
+                "--inflight-port",
+                &port_text,
+            ];
+            let check_port = if init == Init::LifeguardReadyPort {
+                flags.extend(["--ready-port", &ready_text]);
+                ready
+            } else {
+                endpoint
+            };
+            let run = start(Mode::Pid1, &args(&flags, &app));
             run.ready();
             Backend {
                 run,
@@ -84,10 +89,10 @@ fn backend(init: Init) -> Backend {
 fn stop_one_under_load(init: Init) -> Outcome {
     let stopped = backend(init);
     let kept = backend(init);
-    let check_path = if init == Init::Lifeguard {
-        "/readyz"
-    } else {
-        "/health"
+    let check_path = match init {
+        Init::Lifeguard => "/readyz",
+        Init::LifeguardReadyPort => "",
+        Init::Tini => "/health",
     };
     let lb = Balancer::start(
         &[
@@ -141,5 +146,23 @@ fn no_request_fails_across_a_stop_behind_haproxy_under_lifeguard_unlike_tini() {
     assert!(
         !bare.long_request_ok && bare.failed >= 1,
         "tini lost nothing?"
+    );
+}
+
+#[test]
+fn no_request_fails_across_a_stop_behind_haproxy_checking_the_ready_port_by_tcp() {
+    // The check a Kubernetes tcpSocket probe or an NLB makes: a TCP connect to the ready
+    // port, which PID 1 closes at the SIGTERM, so the server leaves the pool at once.
+    let outcome = stop_one_under_load(Init::LifeguardReadyPort);
+    eprintln!(
+        "across one stop behind HAProxy checking the ready port: {} of {} failed",
+        outcome.failed, outcome.sent
+    );
+    assert!(outcome.long_request_ok, "the 4 s request in flight failed");
+    assert_eq!(outcome.failed, 0, "failed requests");
+    assert!(
+        outcome.sent > 50,
+        "too little traffic to tell: {}",
+        outcome.sent
     );
 }

@@ -486,7 +486,10 @@ fn through_an_outage(fault: &str, result: &str, env: &[(&str, &str)]) {
     // the first look with nothing in flight (--drain-quiet 0): this test runs in the
     // host's network namespace, whose passive-open counter every other test moves, and
     // times the exit, not the drain (tests/drain.rs does).
-    let inflight = free_port().to_string();
+    // A listener of the test's own on it: a drain whose port never listened would hold
+    // to --drain-max.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let inflight = listener.local_addr().unwrap().port().to_string();
     let (mut run, port) = start_publishing(
         &emulator,
         &["--inflight-port", &inflight, "--drain-quiet", "0"],
@@ -594,7 +597,10 @@ fn missing_credentials_are_said_on_one_line_and_instance_metadata_is_asked_once_
     }
     let emulator = Emulator::start();
     let ns = namespace("credentials");
-    let inflight = free_port().to_string();
+    // A listener of the test's own: the stop below must not hold for a port that never
+    // listened.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let inflight = listener.local_addr().unwrap().port().to_string();
     let (mut run, port) = start_publishing(
         &emulator,
         &["--inflight-port", &inflight, "--log-format", "json"],
@@ -635,6 +641,7 @@ fn missing_credentials_are_said_on_one_line_and_instance_metadata_is_asked_once_
     );
     run.signal(libc::SIGTERM);
     let _ = run.wait_exit();
+    drop(listener);
 }
 
 #[test]

@@ -325,6 +325,36 @@ fn a_limited_container_reports_its_own_limits_and_usage_from_inside() {
 }
 
 #[test]
+fn dockers_own_10_second_kill_explains_itself_in_the_log() {
+    // An app that ignores SIGTERM, lifeguard's default 25 s grace, and a plain
+    // `docker stop` (10 s): Docker kills first (137). The start said so, and the
+    // SIGTERM's line states the plan the kill cut short.
+    let image = Image::build("docker-kill", &[], &["--exit-on", "none"]);
+    let c = Container::run(&image);
+    wait_until("the app to start", || {
+        c.logs().contains("ready").then_some(())
+    });
+    let started = c.logs();
+    assert!(
+        started.contains("running under Docker: `docker stop` sends SIGKILL 10s after its SIGTERM"),
+        "{started}"
+    );
+    let stop = c.stop_in_background(10);
+    assert!(stop.join().unwrap().status.success());
+    assert_eq!(c.inspect("{{.State.ExitCode}}"), "137", "{}", c.logs());
+    let logs = c.logs();
+    let plan = logs
+        .lines()
+        .find(|l| l.contains("draining:"))
+        .unwrap_or_else(|| panic!("no plan at the SIGTERM:\n{logs}"));
+    assert!(
+        plan.contains("relay_by=+") && plan.contains("sigkill_at=+25s"),
+        "{plan}"
+    );
+    assert!(!logs.contains("grace deadline reached"), "{logs}");
+}
+
+#[test]
 fn docker_kill_signals_reach_the_app() {
     let image = Image::build("kill", &["--drain-delay", "0"], &[]);
     let c = Container::run(&image);
@@ -422,7 +452,9 @@ fn cloudwatch_data_leaves_the_container_and_reaches_the_emulator() {
             "--drain-delay",
             "0",
         ],
-        &[],
+        // The app listens on the port: a drain whose port never listened would hold
+        // to --drain-max, past `docker stop`'s 10 s.
+        &["--http", &inflight],
     );
     let c = Container::run_with(&image, &["--network", "host"]);
     let calls = wait_until("a PutMetricData from inside the container", || {
@@ -607,7 +639,8 @@ fn the_scratch_dockerfile_builds_from_the_static_binary_with_a_small_context() {
         };
         assert!(megabytes < 32.0, "context: {size}");
     }
-    let container = Container::run(&image);
+    // The app on the Dockerfile's --inflight-port: ready once it listens there.
+    let container = Container::run_args(&image, &[], &["--http", "8080"]);
     // Its HEALTHCHECK is lifeguard's own probe, every 5 s.
     wait_until("docker to call the container healthy", || {
         (container.inspect("{{.State.Health.Status}}") == "healthy").then_some(())

@@ -216,3 +216,94 @@ fn the_help_fits_in_100_columns() {
         wide.join("\n")
     );
 }
+
+/// The documents a reader reads for how to run lifeguard.
+const PROSE: [&str; 5] = [
+    "README.md",
+    "ARCHITECTURE.md",
+    "SECURITY.md",
+    "man/lifeguard.1",
+    "docs",
+];
+
+/// (path, text) of every document in `PROSE` (the folder's markdown files).
+fn prose() -> Vec<(String, String)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut out = Vec::new();
+    for entry in PROSE {
+        let path = root.join(entry);
+        if path.is_dir() {
+            for file in std::fs::read_dir(&path).unwrap() {
+                let file = file.unwrap().path();
+                if file.extension().is_some_and(|e| e == "md") {
+                    let name = file.strip_prefix(root).unwrap().display().to_string();
+                    out.push((name.clone(), read(&name)));
+                }
+            }
+        } else {
+            out.push((entry.to_string(), read(entry)));
+        }
+    }
+    out
+}
+
+/// The kind of a Kubernetes probe the example's Deployment uses (`tcpSocket`,
+/// `httpGet`, ...): the first key under `name:` in its YAML.
+fn example_probe_kind(name: &str) -> String {
+    let deployment = read("examples/kubernetes/deployment.yaml");
+    let mut lines = deployment
+        .lines()
+        .skip_while(|l| l.trim() != format!("{name}:"));
+    lines
+        .next()
+        .unwrap_or_else(|| panic!("no {name} in the example"));
+    let kind = lines.next().unwrap().trim();
+    kind.split(':').next().unwrap().to_string()
+}
+
+#[test]
+fn probe_examples_and_the_process_model_agree_with_the_examples() {
+    // A probe a doc shows is the kind the Kubernetes example uses (liveness and
+    // readiness both answered by the kernel); and no doc puts the endpoint or
+    // supervision on "a thread of its own" without the process it lives in (the
+    // endpoint runs in the helper process, supervision alone in PID 1).
+    const KINDS: [&str; 4] = ["tcpSocket", "httpGet", "exec", "grpc"];
+    let mut wrong = Vec::new();
+    for (probe, key) in [
+        ("livenessProbe", "livenessProbe"),
+        ("readinessProbe", "readinessProbe"),
+    ] {
+        let want = example_probe_kind(key);
+        for (file, text) in prose() {
+            let text = text.replace("\\-", "-");
+            for (n, line) in text.lines().enumerate() {
+                if !line.contains(probe) {
+                    continue;
+                }
+                if let Some(kind) = KINDS.iter().find(|k| line.contains(*k)) {
+                    if *kind != want {
+                        wrong.push(format!(
+                            "{file}:{}: {probe} by {kind}, the example's is {want}: {line}",
+                            n + 1
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    for (file, text) in prose() {
+        for paragraph in text.split("\n\n") {
+            let flat = paragraph.replace('\n', " ");
+            let lower = flat.to_lowercase();
+            let claims = lower.contains("thread of its own")
+                && (lower.contains("endpoint") || lower.contains("supervision"));
+            if claims && !lower.contains("process") {
+                wrong.push(format!(
+                    "{file}: a thread of its own, no process named: {}",
+                    flat.trim()
+                ));
+            }
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}

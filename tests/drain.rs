@@ -224,7 +224,10 @@ fn the_last_drain_shows_in_metrics_and_says_why_it_ended() {
     in_own_netns(|| {
         let port = free_port();
         let listen = listen_flag(port);
-        let idle_port = free_port().to_string();
+        // An idle listener on the port (the test's own): seen listening, nothing in
+        // flight, so the drain ends at its first quiet look.
+        let idle = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let idle_port = idle.local_addr().unwrap().port().to_string();
         // The app lingers 3 s after SIGTERM, so /metrics can be read after the drain.
         let mut run = start(
             Mode::Pid1,
@@ -256,6 +259,7 @@ fn the_last_drain_shows_in_metrics_and_says_why_it_ended() {
         );
         // The app handles SIGTERM and exits 0 after its linger.
         run.expect_exit(0);
+        drop(idle);
     });
 }
 
@@ -266,12 +270,12 @@ fn the_last_drain_shows_in_metrics_and_says_why_it_ended() {
 /// while the first backend is stopped; its app closes its port on SIGTERM. Returns
 /// (requests, failed).
 fn stop_behind_a_slow_balancer(drain_quiet: &str) -> (u64, u64) {
-    stop_behind_a_slow_balancer_beside(drain_quiet, false)
+    stop_behind_a_slow_balancer_beside(drain_quiet, None)
 }
 
-fn stop_behind_a_slow_balancer_beside(drain_quiet: &str, sidecar: bool) -> (u64, u64) {
+fn stop_behind_a_slow_balancer_beside(drain_quiet: &str, sidecar: Option<Closer>) -> (u64, u64) {
     in_own_netns(|| {
-        let _sidecar = sidecar.then(Sidecar::start);
+        let _sidecar = sidecar.map(|closer| Sidecar::closed_by(Duration::from_millis(100), closer));
         let backend = || {
             let port = free_port();
             let check = free_port();
@@ -351,12 +355,25 @@ struct Sidecar {
     threads: Vec<std::thread::JoinHandle<()>>,
 }
 
+/// Which side of the sidecar's connections closes first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Closer {
+    /// The sidecar answers and hangs up: its side keeps TIME_WAIT.
+    Server,
+    /// The client reads the answer and closes (an HTTP/1.0 client, a health checker):
+    /// the client's side keeps TIME_WAIT, the server's passes through LAST_ACK and
+    /// leaves nothing.
+    Client,
+}
+
 impl Sidecar {
-    fn start() -> Sidecar {
-        Sidecar::every(Duration::from_millis(100))
+    fn every(period: Duration) -> Sidecar {
+        Sidecar::closed_by(period, Closer::Server)
     }
 
-    fn every(period: Duration) -> Sidecar {
+    /// A local listener that a local client connects to every `period` (send "ping",
+    /// read "ok", close), each connection over within a millisecond.
+    fn closed_by(period: Duration, closer: Closer) -> Sidecar {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         listener.set_nonblocking(true).unwrap();
@@ -367,12 +384,17 @@ impl Sidecar {
                 while !stop.load(Ordering::SeqCst) {
                     match listener.accept() {
                         Ok((mut conn, _)) => {
-                            // Read what the client sent, answer, close first: an
-                            // orderly close (a reset would leave no trace of it).
+                            // Read what the client sent, answer, and close first, or
+                            // after the client: an orderly close either way (a reset
+                            // would leave no trace of it).
                             conn.set_nonblocking(false).unwrap();
                             let mut line = [0u8; 11];
                             let _ = conn.read_exact(&mut line);
                             let _ = conn.write_all(b"ok");
+                            if closer == Closer::Client {
+                                let mut rest = Vec::new();
+                                let _ = conn.read_to_end(&mut rest);
+                            }
                         }
                         Err(_) => std::thread::sleep(Duration::from_millis(5)),
                     }
@@ -386,12 +408,18 @@ impl Sidecar {
                 while !stop.load(Ordering::SeqCst) && Instant::now() < until {
                     if let Ok(mut c) = TcpStream::connect(("127.0.0.1", port)) {
                         let _ = c.write_all(b"metric:1|c\n");
-                        // Until the sidecar closes: it closes first, as a server that
-                        // answers and hangs up does (its side keeps TIME_WAIT). One
-                        // its client closed first within a look leaves no trace, and
-                        // would count against the app's port: the rule leans holding.
                         let mut answer = Vec::new();
-                        let _ = c.read_to_end(&mut answer);
+                        match closer {
+                            // Until the sidecar closes.
+                            Closer::Server => {
+                                let _ = c.read_to_end(&mut answer);
+                            }
+                            // The answer, then the client closes.
+                            Closer::Client => {
+                                let mut ok = [0u8; 2];
+                                let _ = c.read_exact(&mut ok);
+                            }
+                        }
                     }
                     std::thread::sleep(period);
                 }
@@ -415,13 +443,20 @@ impl Drop for Sidecar {
 
 #[test]
 fn beside_a_busy_sidecar_an_idle_app_stops_within_drain_quiet() {
+    for closer in [Closer::Server, Closer::Client] {
+        idle_app_beside_a_sidecar(closer);
+    }
+}
+
+fn idle_app_beside_a_sidecar(closer: Closer) {
     if skipped_under_emulation(NO_SOCK_DIAG_UNDER_EMULATION) {
         return;
     }
     // Before: every sidecar connection counted as the app's, and the drain ran to
-    // --drain-max.
+    // --drain-max (and, for connections their client closed first, still did until
+    // the closing side's TIME_WAIT was read too).
     in_own_netns(|| {
-        let _sidecar = Sidecar::start();
+        let _sidecar = Sidecar::closed_by(Duration::from_millis(100), closer);
         let endpoint = free_port();
         let listen = listen_flag(endpoint);
         let (mut run, _) = start_server(
@@ -451,11 +486,12 @@ fn beside_a_busy_sidecar_an_idle_app_stops_within_drain_quiet() {
         run.signal(libc::SIGTERM);
         run.expect_exit(143);
         let took = term_at.elapsed();
+        eprintln!("DEBUG [{closer:?}] took {took:?}\n{}", run.transcript());
         // --drain-quiet (1 s) + 0.5 s: a sidecar accept landing between a look's dump
         // and its read of the namespace's counter is explained by the next look.
         assert!(
             took < Duration::from_millis(1500),
-            "stopped {took:?} after SIGTERM: --drain-quiet (1 s) + 0.5 s at most\n{}",
+            "[{closer:?} closes] stopped {took:?} after SIGTERM: --drain-quiet (1 s) + 0.5 s at most\n{}",
             run.transcript()
         );
         run.expect_log("the port is quiet: drain over");
@@ -465,13 +501,19 @@ fn beside_a_busy_sidecar_an_idle_app_stops_within_drain_quiet() {
 
 #[test]
 fn beside_a_busy_sidecar_the_apps_own_trickle_holds_the_stop_until_it_ends() {
+    for closer in [Closer::Server, Closer::Client] {
+        trickle_beside_a_sidecar(closer);
+    }
+}
+
+fn trickle_beside_a_sidecar(closer: Closer) {
     if skipped_under_emulation(NO_SOCK_DIAG_UNDER_EMULATION) {
         return;
     }
     // The balancer still sends a request every 0.5 s on a new connection, beside the
     // sidecar's: every one is answered, and the stop follows the last by --drain-quiet.
     in_own_netns(|| {
-        let _sidecar = Sidecar::start();
+        let _sidecar = Sidecar::closed_by(Duration::from_millis(100), closer);
         let (mut run, app_port) =
             start_server(&["--drain-delay", "0", "--drain-max", "15s"], false, true);
         let stop_sending = Arc::new(AtomicBool::new(false));
@@ -520,7 +562,7 @@ fn beside_a_busy_sidecar_the_apps_own_trickle_holds_the_stop_until_it_ends() {
         // follows the relay at once (the app dies of SIGTERM).
         assert!(
             after_last >= Duration::from_millis(500) && after_last <= Duration::from_millis(1500),
-            "stopped {after_last:?} after the last request\n{}",
+            "[{closer:?} closes] stopped {after_last:?} after the last request\n{}",
             run.transcript()
         );
         figures_were_read(&run);
@@ -532,12 +574,14 @@ fn beside_a_busy_sidecar_the_app_behind_haproxy_loses_no_request() {
     if skipped_under_emulation(NO_SOCK_DIAG_UNDER_EMULATION) {
         return;
     }
-    let (sent, failed) = stop_behind_a_slow_balancer_beside("1s", true);
-    assert_eq!(
-        failed, 0,
-        "requests failed beside the sidecar ({sent} sent)"
-    );
-    assert!(sent >= 8, "too little traffic to tell: {sent}");
+    for closer in [Closer::Server, Closer::Client] {
+        let (sent, failed) = stop_behind_a_slow_balancer_beside("1s", Some(closer));
+        assert_eq!(
+            failed, 0,
+            "requests failed beside the sidecar ({closer:?} closes; {sent} sent)"
+        );
+        assert!(sent >= 8, "too little traffic to tell: {sent}");
+    }
 }
 
 #[test]
@@ -587,4 +631,74 @@ fn the_drain_waits_for_the_balancer_to_stop_sending_where_one_quiet_sample_does_
         old_failed >= 1,
         "one quiet sample lost nothing: the setup cannot tell the rules apart"
     );
+}
+
+#[test]
+fn a_helper_killed_during_the_drain_makes_the_hold_look_a_whole_quiet_period_afresh() {
+    if skipped_under_emulation(NO_SOCK_DIAG_UNDER_EMULATION) {
+        return;
+    }
+    // A request in flight holds the stop; it completes, and 0.8 s later the helper
+    // process (the sampler with it) is SIGKILLed. The new sampler cannot know what came
+    // since its predecessor's last look: the port counts as busy from its start, so the
+    // stop comes a whole --drain-quiet after it, not --drain-quiet after the request
+    // (which would be 0.2 s after the kill).
+    in_own_netns(|| {
+        let endpoint = free_port();
+        let listen = listen_flag(endpoint);
+        let (mut run, app_port) = start_server(
+            &[
+                "--drain-delay",
+                "0",
+                "--drain-quiet",
+                "1s",
+                "--drain-max",
+                "15s",
+                "--listen",
+                &listen,
+            ],
+            false,
+            true,
+        );
+        wait_for_answer(endpoint, "/readyz", 200, "ready");
+        let helper = wait_until("the helper process", || {
+            children(run.pid).into_iter().find(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|comm| comm.trim() == "lifeguard-helpe")
+            })
+        });
+        let stream = request_in_flight(&run, app_port, "/slow/1500");
+        run.signal(libc::SIGTERM);
+        let answered = answer(stream);
+        assert!(
+            answered.contains("slow done"),
+            "the request in flight was cut: {answered:?}\n{}",
+            run.transcript()
+        );
+        // The scenario's gap, not a wait for a condition: the helper dies 0.8 s after
+        // the request's answer, while the hold counts its --drain-quiet.
+        std::thread::sleep(Duration::from_millis(800));
+        assert!(
+            alive(run.app_pid()),
+            "relayed before the helper was killed\n{}",
+            run.transcript()
+        );
+        send(helper, libc::SIGKILL);
+        let killed = Instant::now();
+        run.expect_exit(143);
+        let after_kill = killed.elapsed();
+        // The new helper starts 0.2 s after the death; its sampler then looks for
+        // --drain-quiet (1 s) before the port is quiet.
+        assert!(
+            after_kill >= Duration::from_millis(1100),
+            "relayed {after_kill:?} after the helper was killed: the new sampler did not look a whole --drain-quiet\n{}",
+            run.transcript()
+        );
+        assert!(
+            after_kill < Duration::from_secs(4),
+            "relayed {after_kill:?} after the kill\n{}",
+            run.transcript()
+        );
+        figures_were_read(&run);
+    });
 }

@@ -247,6 +247,8 @@ fn records_on_stdout_are_valid_and_carry_the_samples_behind_them() {
             .as_array()
             .unwrap();
         assert!(defs.iter().all(|d| d["StorageResolution"] == 1), "{r}");
+        // Not asked for (METRICS_EXTRA unset): not sent.
+        assert!(r.get("OldestRequestAge").is_none(), "{r}");
     }
     // The p50 CloudWatch takes of a record's values is the median of the samples the
     // publish was made of (-vv logs them: "CloudWatch publish ... in_flight_samples=").
@@ -289,6 +291,40 @@ fn records_on_stdout_are_valid_and_carry_the_samples_behind_them() {
         !log.contains("credentials") && !log.contains("PutMetricData"),
         "{log}"
     );
+    run.signal(libc::SIGTERM);
+    run.expect_exit(0);
+}
+
+#[test]
+fn the_oldest_request_age_goes_out_on_request_in_seconds() {
+    let extra = [("METRICS_EXTRA", "OldestRequestAge".to_string())];
+    let (mut run, app_port) = start_emf(&extra, &[]);
+    // One request the app takes 3 s to answer: its age climbs in the samples.
+    let slow = std::thread::spawn(move || request(app_port, "GET", "/slow/3000"));
+    let aged = wait_until("a record whose oldest request is a second old", || {
+        records(&run).into_iter().find(|r| {
+            r["OldestRequestAge"]
+                .as_array()
+                .is_some_and(|v| v.iter().any(|a| a.as_f64().unwrap() >= 1.0))
+        })
+    });
+    let defs = aged["_aws"]["CloudWatchMetrics"][0]["Metrics"]
+        .as_array()
+        .unwrap();
+    assert!(
+        defs.iter()
+            .any(|d| d["Name"] == "OldestRequestAge" && d["Unit"] == "Seconds"),
+        "{aged}"
+    );
+    // The ages are the request's, to the millisecond: under the 3 s it takes.
+    let ages: Vec<f64> = aged["OldestRequestAge"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_f64().unwrap())
+        .collect();
+    assert!(ages.iter().all(|a| (0.0..3.2).contains(a)), "{ages:?}");
+    slow.join().unwrap().unwrap();
     run.signal(libc::SIGTERM);
     run.expect_exit(0);
 }

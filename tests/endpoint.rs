@@ -695,3 +695,38 @@ fn a_low_descriptor_limit_still_leaves_room_for_a_fresh_probe() {
     run.signal(libc::SIGINT);
     run.expect_exit(0);
 }
+
+#[test]
+fn the_endpoint_answers_until_lifeguard_has_nothing_left_to_wait_for() {
+    // The app exits and leaves a daemon that ignores SIGTERM: lifeguard waits for it up
+    // to the grace deadline, and meanwhile /livez says the app has exited and /metrics
+    // still has the last figures (the helper stays until nothing else is left).
+    let port = free_port();
+    let listen = listen_flag(port);
+    let mut run = start(
+        Mode::Pid1,
+        &args(
+            &[
+                "-v",
+                "--listen",
+                &listen,
+                "--drain-delay",
+                "0",
+                "--grace",
+                "3s",
+            ],
+            &["--daemon", "stubborn"],
+        ),
+    );
+    run.ready();
+    wait_for_answer(port, "/livez", 200, "alive");
+    send(run.app_pid(), libc::SIGINT);
+    run.expect_log("app exited");
+    wait_for_answer(port, "/livez", 503, "exited");
+    // Asked again while lifeguard waits for the daemon: still answered.
+    let (status, body) = get(port, "/metrics");
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("lifeguard_ready 0"), "{body}");
+    wait_for_answer(port, "/livez", 503, "exited");
+    run.expect_exit(0);
+}

@@ -9,7 +9,7 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{TcpListener, TcpStream};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -461,7 +461,7 @@ fn helper_of(run: &Run, not: Option<i32>) -> i32 {
 }
 
 /// The faults build as PID 1 with the endpoint on `port` and `--inflight-port`, over a
-/// testapp that exits with 7 on SIGTERM; ready, with its helper up.
+/// testapp serving on that port that exits with 7 on SIGTERM; ready, with its helper up.
 fn start_with_helper(fault: &str, port: u16, extra: &[&str]) -> (Run, i32) {
     let run = start_helped(fault, port, extra);
     wait_for_answer(port, "/readyz", 200, "ready");
@@ -488,10 +488,12 @@ fn start_helped(fault: &str, port: u16, extra: &[&str]) -> Run {
     ];
     flags.extend_from_slice(extra);
     let fault = fault.to_string();
+    // The app listens on its port: with --inflight-port and no other check, that is
+    // when it is ready.
     let run = start_program(
         faulty(),
         Mode::Pid1,
-        &args(&flags, &["--code", "7"]),
+        &args(&flags, &["--code", "7", "--http", &app_port]),
         move |cmd| {
             cmd.env("LIFEGUARD_FAULT", &fault);
         },
@@ -669,4 +671,174 @@ fn kill_helper(pid: i32) -> bool {
     // SAFETY: kill has no memory preconditions; pid > 1 is a process, never the test
     // itself or a group.
     unsafe { libc::kill(pid, libc::SIGKILL) == 0 }
+}
+
+// ---------------------------------------------------------------------------------------
+// The helper's levers on PID 1: none.
+
+/// For a run of `start_helped`: a signal reaches the app within 100 ms, and a SIGTERM
+/// is relayed after the drain delay and well before the grace deadline, and the app's
+/// exit (7) is lifeguard's.
+fn supervises_to_the_end(mut run: Run, what: &str) {
+    let latency = signal_latency(&run);
+    assert!(
+        latency <= Duration::from_millis(100),
+        "{what}: a signal took {latency:?} to reach the app\n{}",
+        run.transcript()
+    );
+    let term = Instant::now();
+    run.signal(libc::SIGTERM);
+    run.expect_line("signal TERM");
+    let relayed = term.elapsed();
+    assert!(
+        relayed >= DRAIN && relayed < GRACE,
+        "{what}: the stop signal was relayed after {relayed:?}\n{}",
+        run.transcript()
+    );
+    run.expect_exit(7);
+}
+
+/// The O_NONBLOCK flag of `pid`'s descriptor `fd` (from its fdinfo), None when gone.
+fn nonblocking(pid: i32, fd: &str) -> Option<bool> {
+    let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).ok()?;
+    let flags = info.lines().find_map(|l| l.strip_prefix("flags:"))?;
+    let flags = u32::from_str_radix(flags.trim(), 8).ok()?;
+    Some(flags & libc::O_NONBLOCK as u32 != 0)
+}
+
+/// `pid`'s descriptors that are sockets, or other than its standard three, with the
+/// link they point to.
+fn fds_of(pid: i32) -> Vec<(String, String)> {
+    let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| {
+        let name = e.ok()?.file_name().to_str()?.to_string();
+        let link = std::fs::read_link(format!("/proc/{pid}/fd/{name}")).ok()?;
+        Some((name, link.display().to_string()))
+    })
+    .collect()
+}
+
+#[test]
+fn a_helper_that_makes_its_descriptors_blocking_cannot_block_supervision() {
+    // A library in the helper that clears O_NONBLOCK on every descriptor it has (the
+    // fault, on the helper's main thread). PID 1's descriptions are not among them: the
+    // helper has descriptions of its own for stderr, keeps no other of PID 1's, and the
+    // bells are read and rung with MSG_DONTWAIT whatever their flags.
+    // (The helper's own runtimes may then stall on their blocking descriptors: their
+    // heartbeat stops and PID 1 replaces it, which is the helper's business.)
+    let port = free_port();
+    let check = TcpListener::bind("127.0.0.1:0").unwrap();
+    let check_addr = check.local_addr().unwrap().to_string();
+    let run = start_helped(
+        "helper-main:blocking",
+        port,
+        &["--ready-tcp", &check_addr, "--ready-interval", "100ms"],
+    );
+    let helper = helper_of(&run, None);
+    wait_until("the helper's descriptors made blocking", || {
+        let sockets: Vec<_> = fds_of(helper)
+            .into_iter()
+            .filter(|(_, link)| link.starts_with("socket:"))
+            .collect();
+        (!sockets.is_empty()
+            && sockets
+                .iter()
+                .all(|(fd, _)| nonblocking(helper, fd) == Some(false)))
+        .then_some(())
+    });
+    // PID 1's own description of stderr (a pipe here: the one that is not fd 2) is
+    // still non-blocking.
+    let stderr = std::fs::read_link(format!("/proc/{}/fd/2", run.pid))
+        .unwrap()
+        .display()
+        .to_string();
+    let own: Vec<String> = fds_of(run.pid)
+        .into_iter()
+        .filter(|(fd, link)| *link == stderr && fd != "2")
+        .map(|(fd, _)| fd)
+        .collect();
+    assert!(
+        !own.is_empty(),
+        "PID 1 has no stderr of its own: {:?}",
+        fds_of(run.pid)
+    );
+    for fd in &own {
+        assert_eq!(
+            nonblocking(run.pid, fd),
+            Some(true),
+            "PID 1's stderr (fd {fd}) was made blocking by the helper"
+        );
+    }
+    // The app check turns: the helper rings PID 1's bell, and PID 1 takes the ring
+    // (before the fix its second read of the now blocking bell waited for good).
+    drop(check);
+    run.expect_log("app check failing");
+    supervises_to_the_end(run, "a blocking helper");
+}
+
+#[test]
+fn a_panic_on_the_helpers_main_thread_ends_the_helper_alone_without_a_core_file() {
+    let port = free_port();
+    let run = start_helped("helper-main:once", port, &[]);
+    let said = run.expect_log("panic in the helper process's main thread");
+    assert!(said.contains("injected fault at helper-main"), "{said}");
+    wait_until("the helper started again", || {
+        (metric(port, "lifeguard_helper_restarts_total")? >= 1.0).then_some(())
+    });
+    wait_for_answer(port, "/readyz", 200, "ready");
+    assert!(
+        !run.stderr()
+            .iter()
+            .any(|l| l.contains("panic in the main thread")),
+        "told as PID 1's panic:\n{}",
+        run.transcript()
+    );
+    // The helper dumps no core: a fault there is contained and restarted anyway.
+    let helper = helper_of(&run, None);
+    let limits = std::fs::read_to_string(format!("/proc/{helper}/limits")).unwrap();
+    let core = limits
+        .lines()
+        .find(|l| l.starts_with("Max core file size"))
+        .unwrap();
+    assert_eq!(core.split_whitespace().nth(4), Some("0"), "{core}");
+    supervises_to_the_end(run, "a panic on the helper's main thread");
+}
+
+#[test]
+fn a_child_of_the_helpers_is_neither_the_apps_nor_left_behind() {
+    // A library in the helper starts a command (the fault: `sleep 600`). It is not the
+    // app's: not signalled with what the app left, and it goes with the helper's
+    // process group when the helper is let go. As a subreaper, where an orphan would
+    // otherwise outlive lifeguard.
+    if orphans_skipped(Mode::Subreaper) {
+        return;
+    }
+    let port = free_port();
+    let listen = listen_flag(port);
+    let mut run = start_program(
+        faulty(),
+        Mode::Subreaper,
+        &args(&["-v", "--listen", &listen], &["--code", "7"]),
+        |cmd| {
+            cmd.env("LIFEGUARD_FAULT", "helper-main:child");
+        },
+    );
+    run.ready();
+    let child: i32 = run.value("helper-child").parse().unwrap();
+    assert!(alive(child));
+    // The app ends by itself.
+    send(run.app_pid(), libc::SIGINT);
+    run.expect_exit(7);
+    assert!(
+        !run.stderr()
+            .iter()
+            .any(|l| l.contains("signalled what the app left")),
+        "the helper's child was taken for the app's:\n{}",
+        run.transcript()
+    );
+    wait_until("the helper's child gone with it", || {
+        (!alive(child)).then_some(())
+    });
 }

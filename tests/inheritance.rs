@@ -307,3 +307,38 @@ fn the_app_gets_the_descriptor_limit_lifeguard_was_started_with() {
     run.signal(libc::SIGINT);
     run.expect_exit(0);
 }
+
+#[test]
+fn a_standard_descriptor_closed_for_lifeguard_is_closed_for_the_app() {
+    // The runtime lifeguard is written with parks /dev/null on a closed standard
+    // descriptor before main: the app must still see it closed, as its parent left it.
+    // Seen by the shell (not a Rust program, which would park its own), whose builtin
+    // test opens nothing.
+    for mode in MODES {
+        let mut run = start_with(
+            mode,
+            &[
+                "--",
+                "sh",
+                "-c",
+                "for fd in 0 1; do if [ -e /proc/$$/fd/$fd ]; then echo $fd open; else echo $fd closed; fi; done",
+            ],
+            |cmd| {
+                // SAFETY: close(2) in the child before exec; async-signal-safe.
+                unsafe {
+                    use std::os::unix::process::CommandExt;
+                    cmd.pre_exec(|| {
+                        libc::close(0);
+                        Ok(())
+                    });
+                }
+            },
+        );
+        run.expect_exit(0);
+        assert_eq!(
+            run.stdout(),
+            ["0 closed", "1 open"],
+            "[{mode:?}] the app's standard descriptors"
+        );
+    }
+}

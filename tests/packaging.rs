@@ -132,8 +132,12 @@ fn the_release_script_writes_both_binaries_their_checksums_and_an_sbom() {
     let dir = root().join("target/release-artifacts");
     let version = env!("CARGO_PKG_VERSION");
     let x86 = dir.join(format!("lifeguard-{version}-x86_64-linux-musl"));
-    let arm = dir.join(format!("lifeguard-{version}-aarch64-linux-musl"));
-    assert!(x86.exists() && arm.exists());
+    for build in ["", "slim-"] {
+        for arch in ["x86_64", "aarch64"] {
+            let binary = dir.join(format!("lifeguard-{version}-{build}{arch}-linux-musl"));
+            assert!(binary.exists(), "{} missing", binary.display());
+        }
+    }
     // The checksums check, and cover every artifact.
     let check = std::process::Command::new("sha256sum")
         .args(["-c", "SHA256SUMS"])
@@ -146,19 +150,10 @@ fn the_release_script_writes_both_binaries_their_checksums_and_an_sbom() {
         String::from_utf8_lossy(&check.stdout)
     );
     let sums = std::fs::read_to_string(dir.join("SHA256SUMS")).unwrap();
-    assert_eq!(sums.lines().count(), 3, "{sums}");
+    // Four binaries (default and slim, x86_64 and aarch64) and the two builds' SBOMs.
+    assert_eq!(sums.lines().count(), 6, "{sums}");
     // The SBOM names what scanners look for, and nothing only a build script uses.
-    let sbom: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(dir.join(format!("lifeguard-{version}.cdx.json"))).unwrap(),
-    )
-    .unwrap();
-    assert_eq!(sbom["bomFormat"], "CycloneDX");
-    let names: Vec<&str> = sbom["components"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["name"].as_str().unwrap())
-        .collect();
+    let names = sbom_components(&dir.join(format!("lifeguard-{version}.cdx.json")));
     for linked in [
         "aws-sdk-cloudwatch",
         "rustls",
@@ -167,9 +162,27 @@ fn the_release_script_writes_both_binaries_their_checksums_and_an_sbom() {
         "tokio",
         "clap",
     ] {
-        assert!(names.contains(&linked), "{linked} missing from the SBOM");
+        assert!(
+            names.iter().any(|n| n == linked),
+            "{linked} missing from the SBOM"
+        );
     }
-    assert!(!names.contains(&"cc"), "a build-only crate in the SBOM");
+    assert!(
+        !names.iter().any(|n| n == "cc"),
+        "a build-only crate in the SBOM"
+    );
+    // The slim build's SBOM lists what it links, and not the SDK it leaves out.
+    let slim = sbom_components(&dir.join(format!("lifeguard-{version}-slim.cdx.json")));
+    assert!(
+        slim.iter().any(|n| n == "hyper"),
+        "hyper missing from the slim SBOM"
+    );
+    for left_out in ["aws-sdk-cloudwatch", "rustls", "ring"] {
+        assert!(
+            !slim.iter().any(|n| n == left_out),
+            "{left_out} in the slim SBOM"
+        );
+    }
     // --version names the version, the commit and the target.
     let said = std::process::Command::new(&x86)
         .arg("--version")
@@ -181,4 +194,17 @@ fn the_release_script_writes_both_binaries_their_checksums_and_an_sbom() {
             && said.contains("x86_64-unknown-linux-musl"),
         "{said}"
     );
+}
+
+/// The names of the components a CycloneDX SBOM lists (after checking it is one).
+fn sbom_components(path: &std::path::Path) -> Vec<String> {
+    let sbom: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    assert_eq!(sbom["bomFormat"], "CycloneDX", "{}", path.display());
+    sbom["components"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap().to_string())
+        .collect()
 }

@@ -49,7 +49,7 @@ fn whatever_outlives_the_grace_deadline_is_killed_and_lifeguard_exits_137() {
         let mut run = start(
             mode,
             &args(
-                &["--drain-delay", "100ms", "--grace", "1s"],
+                &["-w", "--drain-delay", "100ms", "--grace", "1s"],
                 &["--exit-on", "none", "--daemon", "stubborn"],
             ),
         );
@@ -60,18 +60,29 @@ fn whatever_outlives_the_grace_deadline_is_killed_and_lifeguard_exits_137() {
         run.expect_line("signal TERM");
         run.expect_exit(137);
         // lifeguard itself killed the daemon at the deadline: as PID 1 the kernel would
-        // end it anyway when lifeguard exits, so its absence afterwards proves nothing;
-        // the kill's log line names whom lifeguard killed.
+        // end it anyway when lifeguard exits, so its absence afterwards proves nothing.
+        // As PID 1 the kill is kill(-1) (no walk: the log cannot name them), and
+        // lifeguard reaped the daemon killed by SIGKILL before it exited (-w says so);
+        // as a subreaper the log names whom it killed.
         let killed = run.expect_log("grace deadline reached");
-        let pids = killed
-            .split("pids=")
-            .nth(1)
-            .unwrap_or_default()
-            .trim_matches('"');
-        assert!(
-            pids.split(',').any(|p| p == daemon),
-            "[{mode:?}] the daemon ({daemon}) is not among the killed: {killed}"
-        );
+        if mode == Mode::Pid1 {
+            assert!(
+                killed.contains("every process left in the namespace"),
+                "{killed}"
+            );
+            let reaped = run.expect_log(&format!("reaped zombie pid={daemon} "));
+            assert!(reaped.contains("killed by SIGKILL"), "{reaped}");
+        } else {
+            let pids = killed
+                .split("pids=")
+                .nth(1)
+                .unwrap_or_default()
+                .trim_matches('"');
+            assert!(
+                pids.split(',').any(|p| p == daemon),
+                "[{mode:?}] the daemon ({daemon}) is not among the killed: {killed}"
+            );
+        }
         if mode == Mode::Subreaper {
             let pid: i32 = daemon.parse().unwrap();
             wait_until("the daemon to be gone", || (!alive(pid)).then_some(()));

@@ -27,6 +27,7 @@ use crate::signal_names::{self, Signal};
         METRICS_INTERVAL           seconds between publishes (default 10; 1 or more)\n  \
         METRICS_DIMENSIONS         NAME=VALUE,... on every datum (ClusterName=prod,ServiceName=web)\n  \
         METRICS_BURST_THRESHOLD    publish at once when requests in flight reach this (0: never)\n  \
+        METRICS_EXTRA              more metrics, on request: OldestRequestAge\n  \
         AWS_REGION, AWS_*          the AWS SDK's region, credentials, AWS_ENDPOINT_URL_CLOUDWATCH\n  \
         ECS_CONTAINER_METADATA_URI_V4  set by ECS: CPU and memory become the task's\n  \
         TINI_SUBREAPER, TINI_KILL_PROCESS_GROUP, TINI_VERBOSITY, DUMB_INIT_SETSID, DUMB_INIT_DEBUG\n                             \
@@ -74,6 +75,13 @@ pub(super) struct Cli {
     #[arg(long, env = "LIFEGUARD_READY_INTERVAL", value_name = "DUR", default_value = "1s",
           value_parser = parse_positive_duration, allow_hyphen_values = true)]
     pub(super) ready_interval: Duration,
+
+    /// A TCP port that listens exactly while /readyz would answer 200 (on --listen's host):
+    /// open once the app is ready, refused from the instant a SIGTERM is read, while the
+    /// app check fails and after the app exits. A TCP probe of it costs the app no CPU
+    #[arg(long, env = "LIFEGUARD_READY_PORT", value_name = "PORT", value_parser = parse_port,
+          allow_negative_numbers = true)]
+    pub(super) ready_port: Option<u16>,
 
     /// Count the app's in-flight requests on this TCP port (accept queue plus requests
     /// outstanding, read from the kernel): /metrics, CloudWatch, the drain

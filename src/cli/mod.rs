@@ -17,10 +17,6 @@ pub const VERSION: &str = concat!(
     ")"
 );
 
-/// The defaults of `--drain-delay` and `--grace` (flags.rs has them as clap reads them).
-const DEFAULT_DRAIN_DELAY: Duration = Duration::from_secs(5);
-const DEFAULT_GRACE: Duration = Duration::from_secs(25);
-
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches};
 
@@ -78,6 +74,8 @@ pub enum ProbeTarget {
 pub struct Settings {
     pub command: Vec<OsString>,
     pub listen: Listen,
+    /// `--ready-port`: the port that listens exactly while the app is ready.
+    pub ready_port: Option<u16>,
     pub app_check: Option<AppCheckKind>,
     pub check_interval: Duration,
     pub metrics: metrics::Config,
@@ -161,6 +159,8 @@ pub fn parse(
     let sources = CheckSources {
         http: matches.value_source("ready_http"),
         tcp: matches.value_source("ready_tcp"),
+        drain_delay: matches.value_source("drain_delay"),
+        grace: matches.value_source("grace"),
     };
     match settings(cli, sources, &lookup) {
         Ok(settings) => Parsed::Run(Box::new(settings)),
@@ -231,11 +231,13 @@ fn probe_requested(command: &clap::Command, args: &[OsString]) -> bool {
     false
 }
 
-/// Where the two app-check options came from: a flag beats the other option's
-/// environment twin, as it beats its own.
+/// Where options came from: a flag beats the other app check's environment twin, as
+/// it beats its own; and a usage error says "the default" only of a value nobody gave.
 struct CheckSources {
     http: Option<ValueSource>,
     tcp: Option<ValueSource>,
+    drain_delay: Option<ValueSource>,
+    grace: Option<ValueSource>,
 }
 
 fn settings(
@@ -248,16 +250,22 @@ fn settings(
     // ENTRYPOINT's); it must not refuse over settings it does not use.
     if probe.is_none() && cli.grace <= cli.drain_delay {
         // Say which of the two the user did not set: `--grace 5` alone meets the
-        // default drain delay, and "(5s)" would read as a value they typed.
-        let default =
-            |d: Duration, default: Duration| if d == default { ", the default" } else { "" };
+        // default drain delay, and "(5s)" would read as a value they typed; a value they
+        // did type is theirs, whatever it equals.
+        let default = |source: Option<ValueSource>| {
+            if source == Some(ValueSource::DefaultValue) {
+                ", the default"
+            } else {
+                ""
+            }
+        };
         return Err(format!(
             "--grace ({}{}) must be longer than --drain-delay ({}{}): the grace deadline \
              includes the drain; give both, e.g. --drain-delay 5s --grace 25s",
-            humantime::format_duration(cli.grace),
-            default(cli.grace, DEFAULT_GRACE),
-            humantime::format_duration(cli.drain_delay),
-            default(cli.drain_delay, DEFAULT_DRAIN_DELAY),
+            crate::seconds::human(cli.grace),
+            default(sources.grace),
+            crate::seconds::human(cli.drain_delay),
+            default(sources.drain_delay),
         ));
     }
     // Halfway from the drain delay to the grace deadline, so the app keeps time to shut
@@ -268,9 +276,9 @@ fn settings(
     if probe.is_none() && (drain_max < cli.drain_delay || drain_max >= cli.grace) {
         return Err(format!(
             "--drain-max ({}) must be at least --drain-delay ({}) and shorter than --grace ({})",
-            humantime::format_duration(drain_max),
-            humantime::format_duration(cli.drain_delay),
-            humantime::format_duration(cli.grace)
+            crate::seconds::human(drain_max),
+            crate::seconds::human(cli.drain_delay),
+            crate::seconds::human(cli.grace)
         ));
     }
     // dumb-init's way to ask for the child alone (its -c).
@@ -295,7 +303,47 @@ fn settings(
         }
         (Some(url), None) => Some(AppCheckKind::Http(url)),
         (None, Some((host, port))) => Some(AppCheckKind::Tcp(host, port)),
-        (None, None) => None,
+        // Knowing the app's port, ready means that port listens: a balancer routes
+        // nothing to a task before its app can take it.
+        (None, None) => cli.inflight_port.map(AppCheckKind::Listening),
+    };
+    let listen = cli.listen.unwrap_or_else(|| Listen {
+        at: Some(ListenAt::Addr(
+            DEFAULT_LISTEN.parse().expect("valid default"),
+        )),
+        explicit: false,
+    });
+    if let (Some(ready), None) = (cli.ready_port, &probe) {
+        let listen_port = match &listen.at {
+            Some(ListenAt::Addr(addr)) => Some(addr.port()),
+            Some(ListenAt::Name { port, .. }) => Some(*port),
+            None => None,
+        };
+        if listen_port == Some(ready) {
+            return Err(format!(
+                "--ready-port ({ready}) must differ from the endpoint's port (--listen): \
+                 the ready port listens only while the app is ready, the endpoint always"
+            ));
+        }
+        if cli.inflight_port == Some(ready) {
+            return Err(format!(
+                "--ready-port ({ready}) must differ from --inflight-port: that is the app's \
+                 own port, and lifeguard's ready port is a port of lifeguard's"
+            ));
+        }
+    }
+    // The probe sees the image's environment too, and must not refuse over it.
+    let cloudwatch_config = match cloudwatch::config::from_env(lookup, cli.metrics_sink) {
+        // A build without the SDK (no cargo feature cloudwatch-api) cannot call the
+        // API: said once (below), and the app runs without publishing.
+        Ok(Some(config))
+            if config.sink == cloudwatch::config::Sink::Api && !cloudwatch::API_BUILT =>
+        {
+            None
+        }
+        Ok(config) => config,
+        Err(_) if probe.is_some() => None,
+        Err(message) => return Err(message),
     };
     Ok(Settings {
         lifecycle: lifecycle::Config {
@@ -309,27 +357,11 @@ fn settings(
             drain_quiet: cli.drain_quiet,
         },
         command: cli.command,
-        listen: cli.listen.unwrap_or_else(|| Listen {
-            at: Some(ListenAt::Addr(
-                DEFAULT_LISTEN.parse().expect("valid default"),
-            )),
-            explicit: false,
-        }),
+        listen,
+        ready_port: cli.ready_port,
         app_check,
         check_interval: cli.ready_interval,
-        // The probe sees the image's environment too, and must not refuse over it.
-        cloudwatch: match cloudwatch::config::from_env(lookup, cli.metrics_sink) {
-            // A build without the SDK (no cargo feature cloudwatch-api) cannot call the
-            // API: said once (below), and the app runs without publishing.
-            Ok(Some(config))
-                if config.sink == cloudwatch::config::Sink::Api && !cloudwatch::API_BUILT =>
-            {
-                None
-            }
-            Ok(config) => config,
-            Err(_) if probe.is_some() => None,
-            Err(message) => return Err(message),
-        },
+        cloudwatch: cloudwatch_config.clone(),
         metrics: metrics::Config {
             inflight_port: cli.inflight_port,
             // The ECS agent sets it in every container of a task (task metadata v4).
@@ -353,6 +385,16 @@ fn settings(
         .into_iter()
         .chain(
             (probe.is_none()
+                && cli.inflight_port.is_none()
+                && matches!(&cloudwatch_config, Some(c) if c.oldest_request_age))
+            .then(|| {
+                "METRICS_EXTRA=OldestRequestAge publishes nothing without --inflight-port: \
+                 the age is read from the app port's connections"
+                    .to_string()
+            }),
+        )
+        .chain(
+            (probe.is_none()
                 && !cloudwatch::API_BUILT
                 && cli.metrics_sink == cloudwatch::config::SinkKind::Api
                 && lookup("METRICS_NAMESPACE").is_some_and(|n| !n.trim().is_empty()))
@@ -366,6 +408,67 @@ fn settings(
         .collect(),
         probe,
     })
+}
+
+/// Warnings for `LIFEGUARD_*` variables in `names` that lifeguard does not know (a
+/// misspelling would otherwise be ignored without a word), each naming the closest
+/// known one where there is one, as a mistyped flag's error does.
+pub fn unknown_variables(names: impl Iterator<Item = String>) -> Vec<String> {
+    let mut unknown: Vec<String> = names.filter(|n| n.starts_with("LIFEGUARD_")).collect();
+    if unknown.is_empty() {
+        // The usual start: no twin set, and no second build of clap's command, whose
+        // allocations cost about 120 µs of every start (the peer benchmark's start-up
+        // as PID 1: 2,349 µs with it, 2,226 without).
+        return unknown;
+    }
+    let command = Cli::command();
+    let mut known: Vec<String> = command
+        .get_arguments()
+        .filter_map(|a| a.get_env().map(|e| e.to_string_lossy().into_owned()))
+        .collect();
+    // Read outside clap: the log-level twins (compat.rs); and a test build's faults
+    // (named only there: a shipped binary carries no trace of fault injection).
+    known.extend(["LIFEGUARD_VERBOSE", "LIFEGUARD_QUIET"].map(String::from));
+    #[cfg(feature = "fault-injection")]
+    known.push("LIFEGUARD_FAULT".to_string());
+    unknown.retain(|n| !known.contains(n));
+    unknown.sort_unstable();
+    unknown
+        .into_iter()
+        .map(|name| {
+            let closest = known
+                .iter()
+                .map(|k| (edit_distance(&name, k), k))
+                .filter(|(d, _)| *d <= 3)
+                .min();
+            match closest {
+                Some((_, k)) => format!(
+                    "{name} is not a lifeguard variable, and is ignored (did you mean {k}?)"
+                ),
+                None => format!(
+                    "{name} is not a lifeguard variable, and is ignored (`lifeguard --help` lists them)"
+                ),
+            }
+        })
+        .collect()
+}
+
+/// Levenshtein distance, for the suggestion above.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut row: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut diagonal = row[0];
+        row[0] = i + 1;
+        for (j, cb) in b.iter().enumerate() {
+            let above = row[j + 1];
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != *cb));
+            diagonal = above;
+        }
+    }
+    row[b.len()]
 }
 
 /// The clap definition, for the man page test.
@@ -421,6 +524,41 @@ mod tests {
         assert_eq!(s.log_level, Level::Notice);
         assert_eq!(s.log_format, logging::Format::Text);
         assert_eq!(s.metrics, metrics::Config::default());
+    }
+
+    #[test]
+    fn a_given_value_is_never_called_the_default_and_unknown_variables_are_said() {
+        // 5s given for the drain delay: the user's own, though it equals the default.
+        let m = usage_error(&["--grace", "4s", "--drain-delay", "5s", "app"], &[]);
+        assert!(
+            m.contains("--grace (4s)")
+                && m.contains("--drain-delay (5s)")
+                && !m.contains("the default"),
+            "{m}"
+        );
+        // Not given: the default, said so.
+        let m = usage_error(&["--grace", "4s", "app"], &[]);
+        assert!(m.contains("--drain-delay (5s, the default)"), "{m}");
+        let said = unknown_variables(
+            [
+                "LIFEGUARD_DRAIN_DELAI",
+                "LIFEGUARD_GRACE",
+                "LIFEGUARD_XYZZY_PLUGH",
+                "PATH",
+            ]
+            .into_iter()
+            .map(String::from),
+        );
+        assert_eq!(said.len(), 2, "{said:?}");
+        assert!(
+            said[0].contains("LIFEGUARD_DRAIN_DELAI")
+                && said[0].contains("did you mean LIFEGUARD_DRAIN_DELAY?"),
+            "{said:?}"
+        );
+        assert!(
+            said[1].contains("LIFEGUARD_XYZZY_PLUGH") && said[1].contains("--help"),
+            "{said:?}"
+        );
     }
 
     #[test]
@@ -604,6 +742,9 @@ mod tests {
             ("5s", 5000),
             ("2m", 120_000),
             ("1.5", 1500),
+            (".25", 250),
+            ("3.", 3000),
+            ("0.125", 125),
             ("0", 0),
         ] {
             assert_eq!(
@@ -616,9 +757,12 @@ mod tests {
             .unwrap_err()
             .contains("500ms, 5s, 2m"));
         assert!(parse_duration("-1").is_err());
-        assert!(parse_duration("1e19")
+        assert!(parse_duration("99999999999999999999999")
             .unwrap_err()
             .contains("longer than a year"));
+        assert!(parse_duration("1e3").is_err());
+        assert!(parse_duration(".").is_err());
+        assert!(parse_duration("1.2.3").is_err());
         assert!(parse_duration("400d")
             .unwrap_err()
             .contains("longer than a year"));

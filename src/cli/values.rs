@@ -27,11 +27,7 @@ pub fn parse_duration(text: &str) -> Result<Duration, String> {
     if trimmed.starts_with('-') {
         return Err(format!("'{text}' is negative: expected {DURATION_FORM}"));
     }
-    let parsed = match trimmed.parse::<f64>() {
-        Ok(secs) => Duration::try_from_secs_f64(secs).ok(),
-        Err(_) => humantime::parse_duration(trimmed).ok(),
-    };
-    match parsed {
+    match crate::seconds::parse(trimmed) {
         Some(d) if d <= MAX_DURATION => Ok(d),
         Some(_) => Err(format!(
             "'{text}' is longer than a year: expected {DURATION_FORM}"

@@ -1,6 +1,7 @@
-//! The app check (`--ready-http`, `--ready-tcp`): a helper on a thread of its own that
-//! runs every `--ready-interval`, times out after the same, and publishes its verdict
-//! on the Board for `/readyz` and the Starting → Running step of the lifecycle.
+//! The app check (`--ready-http`, `--ready-tcp`, or with `--inflight-port` alone the
+//! port's listener): a helper on a thread of its own that runs every
+//! `--ready-interval`, times out after the same, and publishes its verdict on the Board
+//! for `/readyz`, the ready port and the Starting → Running step of the lifecycle.
 #![forbid(unsafe_code)]
 
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use crate::faults;
 use crate::helper::desk::Desk;
 use crate::helper::health::AppCheck;
 use crate::helper::http_client;
+use crate::helper::metrics::inflight::listening::PortListens;
 use crate::helper::threads::{self, Helper};
 use crate::logging;
 
@@ -19,6 +21,9 @@ use crate::logging;
 pub enum AppCheckKind {
     Http(hyper::Uri),
     Tcp(String, u16),
+    /// `--inflight-port` with no other check: ready while something listens on the
+    /// port, as the kernel's socket tables say (no connection to the app).
+    Listening(u16),
 }
 
 impl AppCheckKind {
@@ -28,6 +33,7 @@ impl AppCheckKind {
         let host = match self {
             AppCheckKind::Http(uri) => uri.host().unwrap_or_default(),
             AppCheckKind::Tcp(host, _) => host,
+            AppCheckKind::Listening(_) => return false,
         };
         crate::helper::http_client::address(host).is_none()
     }
@@ -58,6 +64,10 @@ pub fn start(check: Option<AppCheckKind>, interval: Duration, desk: Arc<Desk>) {
 }
 
 async fn run(check: AppCheckKind, interval: Duration, desk: Arc<Desk>) {
+    let mut listens = match check {
+        AppCheckKind::Listening(port) => Some(PortListens::new(port)),
+        _ => None,
+    };
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let checking = || matches!(desk.phase(), Phase::Starting | Phase::Running);
@@ -67,12 +77,12 @@ async fn run(check: AppCheckKind, interval: Duration, desk: Arc<Desk>) {
             return;
         }
         faults::point("app-check");
-        let verdict = match tokio::time::timeout(interval, once(&check)).await {
+        let verdict = match tokio::time::timeout(interval, once(&check, &mut listens)).await {
             Ok(Ok(())) => AppCheck::Passing,
             Ok(Err(reason)) => AppCheck::Failing(reason),
             Err(_) => AppCheck::Failing(format!(
                 "no answer within {}",
-                humantime::format_duration(interval)
+                crate::seconds::human(interval)
             )),
         };
         if !checking() {
@@ -105,12 +115,18 @@ async fn run(check: AppCheckKind, interval: Duration, desk: Arc<Desk>) {
     }
 }
 
-async fn once(check: &AppCheckKind) -> Result<(), String> {
+async fn once(check: &AppCheckKind, listens: &mut Option<PortListens>) -> Result<(), String> {
     match check {
         AppCheckKind::Http(uri) => match http_client::get(uri).await? {
             (200..=299, _) => Ok(()),
             (status, _) => Err(format!("GET {uri} answered {status}")),
         },
         AppCheckKind::Tcp(host, port) => http_client::connect(host, *port).await.map(drop),
+        // One dump of the port's listeners: it never waits on the app.
+        AppCheckKind::Listening(port) => match listens.as_mut().map(PortListens::now) {
+            Some(Ok(true)) => Ok(()),
+            Some(Ok(false)) | None => Err(format!("nothing listens on port {port}")),
+            Some(Err(reason)) => Err(format!("cannot tell whether port {port} listens: {reason}")),
+        },
     }
 }

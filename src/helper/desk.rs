@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use tokio::sync::watch;
 
-use crate::board::{Bell, Board, Look, Phase};
+use crate::board::{Bell, HelperBoard, Look, Phase};
 use crate::helper::cloudwatch::outcome::Outcome;
 use crate::helper::health::{self, AppCheck, Verdict};
 use crate::helper::metrics::sample::Sample;
@@ -25,7 +25,7 @@ const SAMPLE_STALE: std::time::Duration = std::time::Duration::from_secs(5);
 
 pub struct Desk {
     /// What supervision and the helper share.
-    pub board: Board,
+    pub board: HelperBoard,
     /// The app check's verdict with its reason, for `/readyz`.
     check: Mutex<AppCheck>,
     sample: watch::Sender<Arc<Sample>>,
@@ -94,7 +94,7 @@ impl Snapshot {
 
 impl Desk {
     /// `own_ports`: the endpoint's ports, whose connections are lifeguard's, not the app's.
-    pub fn new(board: Board, own_ports: Vec<u16>) -> Arc<Desk> {
+    pub fn new(board: HelperBoard, own_ports: Vec<u16>) -> Arc<Desk> {
         Arc::new(Desk {
             board,
             check: Mutex::new(AppCheck::Pending),
@@ -170,15 +170,17 @@ impl Desk {
         self.board.phase()
     }
 
-    /// The app check's field. Its first pass wakes supervision (Starting → Running).
+    /// The app check's field. Supervision hears of its first pass (Starting → Running)
+    /// and of every change between passing and failing (the ready port follows it).
     pub fn set_check(&self, verdict: AppCheck) {
-        let passing = verdict == AppCheck::Passing;
+        let passing = !matches!(verdict, AppCheck::Failing(_));
+        let pending = verdict == AppCheck::Pending;
         *self
             .check
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = verdict;
-        if passing {
-            self.board.set_check_passed();
+        if !pending {
+            self.board.set_check(passing);
         }
     }
 
@@ -223,7 +225,7 @@ pub fn listener(bell: &Bell) -> io::Result<tokio::net::UnixDatagram> {
 /// Every signal forwarded at least once, and the usual ones always (at 0 until then):
 /// a series that appears only after the first signal breaks `rate()` and `absent()` in
 /// dashboards and alerts.
-fn forwarded(board: &Board) -> Vec<(Signal, u64)> {
+fn forwarded(board: &HelperBoard) -> Vec<(Signal, u64)> {
     const USUAL: [i32; 7] = [
         libc::SIGTERM,
         libc::SIGINT,
@@ -287,13 +289,16 @@ mod tests {
 
     #[test]
     fn a_snapshot_carries_every_writers_field() {
-        let desk = Desk::new(Board::new().unwrap(), Vec::new());
-        desk.board.set_phase(Phase::Running);
+        // Supervision's handle writes its fields; the desk reads them through the
+        // helper's.
+        let board = Board::new().unwrap();
+        let desk = Desk::new(board.for_helper().unwrap(), Vec::new());
+        board.set_phase(Phase::Running);
         desk.set_check(AppCheck::Passing);
-        desk.board.signal_forwarded(signal_names::TERM);
-        desk.board.signal_forwarded(signal_names::TERM);
-        desk.board.signal_forwarded(signal_names::HUP);
-        desk.board.zombie_reaped();
+        board.signal_forwarded(signal_names::TERM);
+        board.signal_forwarded(signal_names::TERM);
+        board.signal_forwarded(signal_names::HUP);
+        board.zombie_reaped();
         let snap = desk.snapshot();
         assert_eq!(snap.phase, Phase::Running);
         assert!(snap.ready() && !snap.draining());
@@ -308,35 +313,46 @@ mod tests {
         assert!(!snap.forwarded.iter().any(|(s, _)| s.0 == libc::SIGPWR));
         assert_eq!(snap.zombies_reaped, 1);
         // A SIGTERM read but not yet handled already reads as draining.
-        desk.board.set_term_taken();
+        board.set_term_taken();
         let snap = desk.snapshot();
         assert!(!snap.ready() && snap.draining());
-        desk.board.set_phase(Phase::Stopping);
+        board.set_phase(Phase::Stopping);
         let snap = desk.snapshot();
         assert!(!snap.ready() && snap.draining());
         assert_eq!(snap.drain_seconds, None);
-        desk.board.set_drain_seconds(2.5);
+        board.set_drain_seconds(2.5);
         assert_eq!(desk.snapshot().drain_seconds, Some(2.5));
     }
 
     #[test]
-    fn a_failing_check_is_no_news_to_supervision() {
+    fn supervision_hears_of_each_change_of_verdict_and_of_nothing_else() {
         use nix::poll::{poll, PollFd, PollFlags};
-        let desk = Desk::new(Board::new().unwrap(), Vec::new());
+        let board = Board::new().unwrap();
+        let desk = Desk::new(board.for_helper().unwrap(), Vec::new());
         let rung = |bell: &Bell| {
             let mut fds = [PollFd::new(bell.fd(), PollFlags::POLLIN)];
-            poll(&mut fds, 0u8).unwrap() == 1
+            let rung = poll(&mut fds, 0u8).unwrap() == 1;
+            bell.clear();
+            rung
         };
-        desk.set_check(AppCheck::Failing("no".into()));
-        assert!(!rung(&desk.board.supervisor_bell));
-        assert!(!desk.board.check_passed());
+        desk.set_check(AppCheck::Pending);
+        assert!(!rung(&board.supervisor_bell), "no verdict: no news");
         desk.set_check(AppCheck::Passing);
-        assert!(rung(&desk.board.supervisor_bell) && desk.board.check_passed());
+        assert!(rung(&board.supervisor_bell) && board.check_passed());
+        desk.set_check(AppCheck::Passing);
+        assert!(!rung(&board.supervisor_bell));
+        desk.set_check(AppCheck::Failing("no".into()));
+        assert!(rung(&board.supervisor_bell) && board.check_failing());
+        // Another reason, the same verdict.
+        desk.set_check(AppCheck::Failing("still no".into()));
+        assert!(!rung(&board.supervisor_bell));
+        desk.set_check(AppCheck::Passing);
+        assert!(rung(&board.supervisor_bell) && !board.check_failing());
     }
 
     #[test]
     fn a_sample_that_stopped_coming_is_left_out() {
-        let desk = Desk::new(Board::new().unwrap(), Vec::new());
+        let desk = Desk::new(Board::new().unwrap().for_helper().unwrap(), Vec::new());
         let sample = |age: u64| Sample {
             taken: Instant::now().checked_sub(std::time::Duration::from_secs(age)),
             requests_in_flight: Some(7),

@@ -55,13 +55,20 @@ pub const RECEIVE_BUFFER: usize = MAX_HEAD;
 pub const SEND_BUFFER: usize = 64 * 1024;
 
 /// Serves the endpoint from the bound `listeners` (one per address) on a thread of its
-/// own, started now. If the thread cannot start, lifeguard runs
-/// without the endpoint.
-pub fn start(listeners: Vec<std::net::TcpListener>, desk: Arc<Desk>, cap: usize) {
+/// own, started now, and takes the probes' connections off the ready port's queues
+/// (`ready`, which supervision opens and closes). If the thread cannot start, lifeguard
+/// runs without the endpoint, and the ready port's queue fills.
+pub fn start(
+    listeners: Vec<std::net::TcpListener>,
+    ready: Vec<std::net::TcpListener>,
+    desk: Arc<Desk>,
+    cap: usize,
+) {
     let started = threads::start(Helper::Endpoint, false, move || {
         // Each run (a restart after a panic included) serves copies of the listeners,
         // registered with this run's reactor (so, inside the future).
         let copies: Vec<_> = listeners.iter().map(|l| l.try_clone()).collect();
+        let ready: Vec<_> = ready.iter().filter_map(|l| l.try_clone().ok()).collect();
         let desk = desk.clone();
         async move {
             let registry = Arc::new(Mutex::new(Registry::new(cap)));
@@ -73,6 +80,9 @@ pub fn start(listeners: Vec<std::net::TcpListener>, desk: Arc<Desk>, cap: usize)
                     }
                     Err(err) => logging::error(format!("endpoint unavailable: {err}"), &[]),
                 }
+            }
+            for socket in ready {
+                accepting.spawn(take_probes(socket, desk.clone()));
             }
             // A panic in an accept loop restarts the whole endpoint (helper/threads.rs); the
             // set aborts the other loops as it is dropped.
@@ -119,6 +129,60 @@ async fn serve(listener: TcpListener, desk: Arc<Desk>, registry: Arc<Mutex<Regis
             connection(stream, id, close, &registry, desk).await;
         });
     }
+}
+
+/// How often the ready port's queue is emptied: once a second, and every 50 ms while
+/// probes keep coming (a look that found `BUSY_QUEUE` or more), so that a burst never
+/// fills the queue (4096) and a probe never waits for a SYN to be sent again.
+const PROBES_EVERY: Duration = Duration::from_secs(1);
+const PROBES_BUSY_EVERY: Duration = Duration::from_millis(50);
+const BUSY_QUEUE: usize = 16;
+/// Connections taken off the ready port's queue in one go before the runtime's other
+/// tasks get a turn.
+const PROBES_AT_ONCE: usize = 4096;
+
+/// The ready port's probes: a TCP probe has its answer when the kernel completes the
+/// handshake, and its connection then waits in the accept queue until it is taken off
+/// and closed here. On a timer, not on a wake-up from the socket: a socket that stops
+/// listening wakes whoever waits on it, and the one who stops it is PID 1 in its
+/// SIGTERM's turn; with the app's threads using up the CPU quota, a task woken there
+/// takes the CPU from PID 1 before its relay, which then waited seconds for its turn
+/// again (bench/ready_port_at_peak.py). A timer wakes nobody but this thread.
+async fn take_probes(socket: std::net::TcpListener, desk: Arc<Desk>) {
+    let _ = socket.set_nonblocking(true);
+    loop {
+        let taken = if desk.board.ready_port_open() {
+            take_queue(&socket)
+        } else {
+            0
+        };
+        let next = if taken >= BUSY_QUEUE {
+            PROBES_BUSY_EVERY
+        } else {
+            PROBES_EVERY
+        };
+        tokio::time::sleep(next).await;
+    }
+}
+
+/// Accepts and closes what waits in the ready port's queue (at most `PROBES_AT_ONCE`);
+/// how many.
+fn take_queue(socket: &std::net::TcpListener) -> usize {
+    let mut taken = 0;
+    while taken < PROBES_AT_ONCE {
+        match socket.accept() {
+            // Closed, never reset: a reset that reaches a probe before its connect(2)
+            // has returned to it fails that connect with ECONNRESET (seen on loopback).
+            Ok((stream, _)) => {
+                drop(stream);
+                taken += 1;
+            }
+            // Empty (WouldBlock), not listening (EINVAL), out of descriptors: the next
+            // look tries again.
+            Err(_) => break,
+        }
+    }
+    taken
 }
 
 /// Takes a connection out of the registry when its task ends.

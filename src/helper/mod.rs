@@ -20,7 +20,8 @@ pub mod threads;
 use std::convert::Infallible;
 use std::time::Duration;
 
-use crate::board::Board;
+use crate::board::HelperBoard;
+use crate::faults;
 use crate::kernel;
 use crate::logging;
 use desk::Desk;
@@ -30,6 +31,9 @@ pub struct Plan {
     /// The endpoint's listeners, bound by PID 1 before the app started, with the
     /// number of connections they may hold at once.
     pub endpoint: Option<(Vec<std::net::TcpListener>, usize)>,
+    /// Copies of the ready port's sockets (`--ready-port`), whose queues the endpoint
+    /// empties while supervision keeps them listening.
+    pub ready_port: Vec<std::net::TcpListener>,
     pub app_check: Option<app_check::AppCheckKind>,
     pub check_interval: Duration,
     pub metrics: metrics::Config,
@@ -45,6 +49,7 @@ impl Plan {
     /// Whether there is anything for a helper process to do.
     pub fn needed(&self) -> bool {
         self.endpoint.is_some()
+            || !self.ready_port.is_empty()
             || self.app_check.is_some()
             || self.sampled()
             || self.cloudwatch.is_some()
@@ -65,27 +70,43 @@ const STUCK: Duration = Duration::from_secs(5);
 const BEAT_EVERY: Duration = Duration::from_secs(2);
 
 /// The helper process's life, in the child of the fork.
-pub fn run(plan: &Plan, board: Board) -> Infallible {
+pub fn run(plan: &Plan, board: HelperBoard) -> Infallible {
+    crate::panics::in_helper_process();
     logging::become_helper();
     board.beat();
     let own_ports = (plan.endpoint.iter())
         .flat_map(|(listeners, _)| listeners)
+        .chain(&plan.ready_port)
         .filter_map(|l| l.local_addr().ok().map(|a| a.port()))
         .collect();
     let desk = Desk::new(board, own_ports);
     if plan.app_check.is_some() && desk.board.check_passed() {
-        // A helper started again: the previous one's verdict is gone, and the app,
-        // past its start, is not ready until this one's first check says so.
-        desk.set_check(health::AppCheck::Failing(
-            "the helper process restarted: waiting for the app check".into(),
-        ));
+        // A helper started again keeps the last verdict, which the Board holds, until
+        // its own first check: the helper's death is not the app's, and a helper
+        // killed for a missed heartbeat at the peak must not take a ready task out of
+        // its balancer (the ready port follows the same verdict).
+        desk.set_check(if desk.board.check_failing() {
+            health::AppCheck::Failing(
+                "the app check failed before the helper process restarted; waiting for its next verdict".into(),
+            )
+        } else {
+            health::AppCheck::Passing
+        });
     }
-    if let Some((listeners, cap)) = &plan.endpoint {
-        let copies: Vec<_> = listeners
-            .iter()
-            .filter_map(|l| l.try_clone().ok())
-            .collect();
-        endpoint::start(copies, desk.clone(), *cap);
+    if plan.endpoint.is_some() || !plan.ready_port.is_empty() {
+        let copies = |listeners: &[std::net::TcpListener]| -> Vec<_> {
+            listeners
+                .iter()
+                .filter_map(|l| l.try_clone().ok())
+                .collect()
+        };
+        let (listeners, cap) = plan
+            .endpoint
+            .as_ref()
+            .map_or((Vec::new(), 0), |(listeners, cap)| {
+                (copies(listeners), *cap)
+            });
+        endpoint::start(listeners, copies(&plan.ready_port), desk.clone(), cap);
     }
     app_check::start(plan.app_check.clone(), plan.check_interval, desk.clone());
     if plan.sampled() {
@@ -107,6 +128,7 @@ pub fn run(plan: &Plan, board: Board) -> Infallible {
             logging::flush(Duration::from_millis(500));
             kernel::leave(0);
         }
+        faults::point("helper-main");
         match watch.stuck(STUCK) {
             None => {
                 desk.board.beat();
@@ -118,7 +140,7 @@ pub fn run(plan: &Plan, board: Board) -> Infallible {
                     format!(
                         "the {} thread has not moved for {}: the helper process stops its heartbeat, and supervision starts a new one",
                         helper.name(),
-                        humantime::format_duration(STUCK)
+                        crate::seconds::human(STUCK)
                     ),
                     &[],
                 );

@@ -50,7 +50,7 @@ impl Helper {
 
     /// The helper a thread belongs to, by the thread's name (its name-lookup thread
     /// is `<name>-lookup`).
-    fn of_thread(thread: &str) -> Option<Helper> {
+    pub fn of_thread(thread: &str) -> Option<Helper> {
         Helper::ALL
             .into_iter()
             .find(|h| thread == h.name() || thread.strip_suffix("-lookup") == Some(h.name()))
@@ -179,7 +179,7 @@ where
                     format!(
                         "{} restarts in {}",
                         helper.name(),
-                        humantime::format_duration(backoff)
+                        crate::seconds::human(backoff)
                     ),
                     &[],
                 );
@@ -211,35 +211,13 @@ fn runtime(helper: Helper, name_lookups: bool) -> std::io::Result<tokio::runtime
     Ok(runtime)
 }
 
-/// Installs the panic hook. A panic on a helper's thread (or inside one of its tasks,
-/// which tokio catches) is logged — the first one of each helper, the rest counted
-/// only — and counted; the panic then unwinds that helper alone. A panic on the
-/// supervision thread ends lifeguard (nothing could supervise after it): it is logged
-/// and the process aborts, as the kernel then ends the container.
-pub fn catch_panics() {
-    std::panic::set_hook(Box::new(|info| {
-        let thread = std::thread::current();
-        let name = thread.name().unwrap_or("unnamed");
-        // One line: the message and where, without the default hook's line break.
-        let message = info.payload_as_str().unwrap_or("(no message)");
-        let place = info
-            .location()
-            .map_or_else(String::new, |l| format!(" at {}:{}", l.file(), l.line()));
-        let Some(helper) = Helper::of_thread(name) else {
-            logging::error_now(format!("panic in the {name} thread{place}: {message}"));
-            if name == "main" {
-                logging::flush_own(Duration::from_millis(200));
-                std::process::abort();
-            }
-            return;
-        };
-        let before = FAILURES[helper.index()].fetch_add(1, Ordering::Relaxed);
-        if before == 0 {
-            logging::error_now(format!(
-                "panic in the {name} helper{place}: {message}; it is started again, supervision goes on (further panics of it are only counted: lifeguard_helper_failures_total)"
-            ));
-        }
-    }));
+/// A panic on one of the helper threads (or inside one of its tasks, which tokio
+/// catches), for the panic hook (panics.rs): counted, and whether it is that helper's
+/// first. None when `thread` is no helper thread's.
+pub fn count_panic(thread: &str) -> Option<(Helper, bool)> {
+    let helper = Helper::of_thread(thread)?;
+    let before = FAILURES[helper.index()].fetch_add(1, Ordering::Relaxed);
+    Some((helper, before == 0))
 }
 
 #[cfg(test)]

@@ -44,8 +44,9 @@ pub fn shared_words(words: usize) -> io::Result<&'static [AtomicU64]> {
 /// where stderr cannot be written without waiting (then a log writer thread, whose
 /// writes take no lock: logging.rs), and the child takes no lock that thread could hold.
 ///
-/// In the child, before `body`: the signalfd `inbox` is closed (the helper's signals are
-/// its own), a session and process group of its own (so nothing sent to the app's group
+/// In the child, before `body`: every descriptor but the standard three and those in
+/// `keep` is closed (PID 1's signalfd among them: the helper's signals are its own), a
+/// session and process group of its own (so nothing sent to the app's group
 /// or the terminal's foreground reaches it), the name, death with PID 1
 /// (PR_SET_PDEATHSIG: outside a PID namespace nothing else would end it), no new
 /// privileges (prctl(2): nothing it could exec gains any), and every signal unblocked:
@@ -55,7 +56,7 @@ pub fn shared_words(words: usize) -> io::Result<&'static [AtomicU64]> {
 /// kill(-1, SIGTERM) to everything left in the namespace (where /proc shows nothing of
 /// lifeguard) must not cost the last publish.
 pub fn fork_helper(
-    inbox: RawFd,
+    keep: &[RawFd],
     body: impl FnOnce() -> std::convert::Infallible,
 ) -> io::Result<i32> {
     let parent = super::kill::own_pid();
@@ -70,12 +71,7 @@ pub fn fork_helper(
         return Ok(pid);
     }
     // The child.
-    // SAFETY: closes a descriptor this process owns a copy of and never uses again: the
-    // SignalInbox in this copy is never read or dropped, as this function never
-    // returns in the child (`body` runs, then `leave`).
-    unsafe {
-        libc::close(inbox);
-    }
+    close_all_but(keep);
     // SAFETY: plain system calls without pointers, or with a pointer to a constant
     // NUL-terminated name that outlives the call.
     let (session, death) = unsafe {
@@ -122,11 +118,68 @@ pub fn fork_helper(
         }
     }
     let _ = kernel_mask(libc::SIG_SETMASK, 0);
+    // No core file for the helper: a fault there is contained, restarted and logged,
+    // and a dump of it would only fill the container's disk.
+    let _ = super::limits::no_core_dumps();
     // A panic that unwinds out of the body must not unwind into PID 1's frames, copied
     // into this process by the fork (their destructors would close descriptors this
     // process no longer owns): the helper leaves instead.
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(body));
     leave(70)
+}
+
+/// Closes every descriptor from 3 up but those in `keep`: the copies a fork gave the
+/// helper of PID 1's own (its signalfd, its bells, its description of stderr, the
+/// ready port's sockets) and of those lifeguard was started with for the app (a
+/// socket-activation listener, a log pipe). A shared open file description shares its
+/// status flags, so none of PID 1's may be the helper's to change; and the helper holds
+/// nothing it does not use. close_range(2) (Linux 5.9) over the gaps; the listing of
+/// /proc/self/fd where the kernel lacks it.
+fn close_all_but(keep: &[RawFd]) {
+    let mut keep: Vec<RawFd> = keep.iter().copied().filter(|fd| *fd > 2).collect();
+    keep.sort_unstable();
+    keep.dedup();
+    let mut from: u32 = 3;
+    let mut ranges = Vec::with_capacity(keep.len() + 1);
+    for &fd in &keep {
+        let fd = fd as u32;
+        if fd > from {
+            ranges.push((from, fd - 1));
+        }
+        from = fd + 1;
+    }
+    ranges.push((from, u32::MAX));
+    for (first, last) in ranges {
+        // SAFETY: close_range takes two integers and a flag; every descriptor it closes
+        // is this process's own copy, and none of the Rust values of PID 1's that the
+        // fork copied here is used or dropped in the helper (it never returns from
+        // fork_helper): only those in `keep` are.
+        let rc = unsafe { libc::syscall(libc::SYS_close_range, first, last, 0) };
+        if rc != 0 {
+            close_listed(first, last, &keep);
+            return;
+        }
+    }
+}
+
+/// The fallback of `close_all_but`: every descriptor /proc/self/fd lists from `first`
+/// up, but those in `keep`.
+fn close_listed(first: u32, _last: u32, keep: &[RawFd]) {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let open: Vec<RawFd> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    for fd in open {
+        if fd >= first as RawFd && !keep.contains(&fd) {
+            // SAFETY: as in `close_all_but` (the listing's own descriptor is closed
+            // already, or fails harmlessly with EBADF).
+            unsafe {
+                libc::close(fd);
+            }
+        }
+    }
 }
 
 /// Ends the helper process at once with `code`, without running destructors or

@@ -44,6 +44,48 @@ pub(super) fn descriptor_limit(new: Option<&libc::rlimit>) -> io::Result<libc::r
     }
 }
 
+/// No core files for this process (its soft RLIMIT_CORE to 0).
+pub(super) fn no_core_dumps() -> io::Result<()> {
+    let none = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: libc::RLIM_INFINITY,
+    };
+    let mut old = none;
+    // SAFETY: prlimit64 on this process: reads the old limit into `old` first, so the
+    // hard limit can be kept.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_prlimit64,
+            0,
+            libc::RLIMIT_CORE,
+            std::ptr::null::<libc::rlimit>(),
+            &mut old as *mut libc::rlimit,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let new = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: old.rlim_max,
+    };
+    // SAFETY: a pointer to the live `new`; no old value asked for.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_prlimit64,
+            0,
+            libc::RLIMIT_CORE,
+            &new as *const libc::rlimit,
+            std::ptr::null_mut::<libc::rlimit>(),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
 /// Raises lifeguard's soft descriptor limit to at least `wanted` (within the hard
 /// limit): the endpoint may hold 1024 connections and the common soft limit is 1024.
 /// The app gets the original limit back (`spawn_app`). Returns the soft limit now.

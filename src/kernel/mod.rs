@@ -1,7 +1,8 @@
 //! Everything that talks to the kernel about processes and signals, by concern: who
 //! lifeguard is and kill(2) (`kill`, the leaf the others use), the signal state and
-//! inbox, spawning and reaping, the terminal, /proc, limits and standard descriptors. The only module allowed `unsafe`; each use carries a SAFETY
-//! note. The rest of lifeguard uses `kernel::*` and does not see the split.
+//! inbox, spawning and reaping, the terminal, /proc, limits, standard descriptors and
+//! the ready port's sockets. The only module allowed `unsafe`; each use carries a
+//! SAFETY note. The rest of lifeguard uses `kernel::*` and does not see the split.
 #![allow(unsafe_code)]
 
 mod helper_process;
@@ -9,6 +10,7 @@ mod kill;
 mod limits;
 mod proc;
 mod process;
+mod ready_port;
 mod signal_inbox;
 mod stdio;
 mod terminal;
@@ -17,15 +19,15 @@ pub use helper_process::{fork_helper, leave, shared_words};
 pub use kill::{is_pid1, own_pid, send, signal_everything_in_namespace};
 pub use limits::{raise_descriptor_limit, tune_listener};
 pub use proc::{
-    descendant_proc_pids, descendants, handles, own_children, proc_self_pid, proc_view, Descendant,
-    ProcView, SupervisorPending,
+    descendant_proc_pids, descendants, handles, has_children_besides, own_children, proc_self_pid,
+    proc_view, Descendant, ProcView, SupervisorPending,
 };
 pub use process::{
-    app_stopped, become_subreaper, has_children, reap_one, set_parent_death_signal, spawn_app,
-    Reaped,
+    app_stopped, become_subreaper, reap_one, set_parent_death_signal, spawn_app, Reaped,
 };
+pub use ready_port::ReadyPort;
 pub use signal_inbox::{
     hear_children, reblock_every_signal, signal_pending, Received, SignalInbox, Woke,
 };
-pub use stdio::{guard_standard_descriptors, write_whole, QuickStderr};
+pub use stdio::{write_whole, QuickStderr};
 pub use terminal::{release_terminal, restore_terminal, stop_with_app, AppTerminal};

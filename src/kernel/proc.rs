@@ -27,7 +27,30 @@ fn status_mask(status: &str, field: &str) -> u64 {
         .unwrap_or(0)
 }
 
-/// A live process below lifeguard.
+/// The fields of a /proc/PID/stat that the walks use.
+#[derive(Debug, PartialEq, Eq)]
+struct Stat {
+    state: char,
+    ppid: i32,
+    pgrp: i32,
+}
+
+fn read_stat(proc_pid: i32) -> Option<Stat> {
+    parse_stat(&std::fs::read_to_string(format!("/proc/{proc_pid}/stat")).ok()?)
+}
+
+/// `pid (comm) state ppid pgrp …` (proc(5)). The name may hold spaces and parentheses
+/// of its own, so the fields start after the last `)`.
+fn parse_stat(text: &str) -> Option<Stat> {
+    let (_, rest) = text.rsplit_once(')')?;
+    let mut fields = rest.split_whitespace();
+    let state = fields.next()?.chars().next()?;
+    let ppid = fields.next()?.parse().ok()?;
+    let pgrp = fields.next()?.parse().ok()?;
+    Some(Stat { state, ppid, pgrp })
+}
+
+/// A process below lifeguard.
 #[derive(Clone, Copy, Debug)]
 pub struct Descendant {
     /// Its pid and process group in lifeguard's PID namespace (what kill takes).
@@ -36,6 +59,10 @@ pub struct Descendant {
     /// Its pid in the namespace /proc belongs to (what /proc paths take): the same as
     /// `pid` unless /proc is an outer namespace's.
     pub proc_pid: i32,
+    /// Exited, not reaped yet (state Z): nothing left to signal — unless its other
+    /// threads still run (a main thread that exited shows Z while they do), which
+    /// its children list, read by the walk, still shows.
+    pub zombie: bool,
 }
 
 /// How the mounted /proc relates to lifeguard's PID namespace (docs/lifecycle.md, "Whose
@@ -104,14 +131,15 @@ fn ns_ids(status: &str, field: &str) -> Option<Vec<i32>> {
     line.split_whitespace().map(|id| id.parse().ok()).collect()
 }
 
-/// Every live descendant of lifeguard. Walks the kernel's child lists
+/// Every descendant of lifeguard but those in `prune` and everything below them (the
+/// helper processes). Walks the kernel's child lists
 /// (/proc/PID/task/TID/children) down from lifeguard, so the cost is the size of the
 /// tree, not of the host's process table; with an outer namespace's /proc the walk
 /// starts at /proc/self and each pid is translated through NSpid/NSpgid; with a /proc
 /// that does not show lifeguard there is nothing to walk (as PID 1, `kill(-1)` still
 /// reaches the namespace). Falls back to a full /proc scan on kernels built without
 /// child lists (CONFIG_PROC_CHILDREN), and only with lifeguard's own /proc.
-pub fn descendants() -> Vec<Descendant> {
+pub fn descendants(prune: &[i32]) -> Vec<Descendant> {
     let view = proc_view();
     let Some(start) = view.own_entry() else {
         return Vec::new();
@@ -122,39 +150,50 @@ pub fn descendants() -> Vec<Descendant> {
     };
     let Some(mut frontier) = children_leader_last(start) else {
         return match depth {
-            None => descendants_by_scan(start),
+            None => descendants_by_scan(start, prune),
             Some(_) => Vec::new(),
         };
     };
     let mut found = Vec::new();
     while let Some(proc_pid) = frontier.pop() {
-        // Zombies stay in: a process whose main thread has exited shows as a zombie
-        // while its other threads still run, and must be killed too (a signal to a real
-        // zombie is harmless).
         let ids = match depth {
-            None => procfs::process::Process::new(proc_pid)
-                .and_then(|p| p.stat())
-                .ok()
-                .map(|stat| (proc_pid, stat.pgrp)),
+            None => read_stat(proc_pid).map(|stat| (proc_pid, stat.pgrp, stat.state == 'Z')),
             Some(depth) => std::fs::read_to_string(format!("/proc/{proc_pid}/status"))
                 .ok()
                 .and_then(|status| {
                     let pid = *ns_ids(&status, "NSpid:")?.get(depth)?;
                     let pgid = *ns_ids(&status, "NSpgid:")?.get(depth)?;
-                    Some((pid, pgid))
+                    let zombie = status
+                        .lines()
+                        .any(|l| l.starts_with("State:") && l.contains('Z'));
+                    Some((pid, pgid, zombie))
                 }),
         };
-        let Some((pid, pgid)) = ids else {
+        let Some((pid, pgid, zombie)) = ids else {
             continue; // gone meanwhile
         };
+        if prune.contains(&pid) {
+            continue; // not the app's, nor anything it started
+        }
+        // A zombie's other threads may still run and have children: walked all the
+        // same.
+        let children = children_leader_last(proc_pid).unwrap_or_default();
+        // A zombie whose threads have all gone has nothing to kill.
+        let zombie = zombie && children.is_empty() && thread_count(proc_pid) <= 1;
         found.push(Descendant {
             pid,
             pgid,
             proc_pid,
+            zombie,
         });
-        frontier.extend(children_leader_last(proc_pid).unwrap_or_default());
+        frontier.extend(children);
     }
     found
+}
+
+/// The number of threads of a process in /proc (0 when it is gone).
+fn thread_count(proc_pid: i32) -> usize {
+    std::fs::read_dir(format!("/proc/{proc_pid}/task")).map_or(0, |d| d.count())
 }
 
 /// The /proc pids of lifeguard's descendants (zombies included), for the sampler's
@@ -172,7 +211,7 @@ pub fn descendant_proc_pids() -> Option<Vec<i32>> {
     let Some(mut frontier) = children_leader_last(start) else {
         // A kernel without child lists: only a scan of lifeguard's own /proc can tell.
         return (proc_view() == ProcView::Own).then(|| {
-            descendants_by_scan(start)
+            descendants_by_scan(start, &[])
                 .iter()
                 .map(|d| d.proc_pid)
                 .collect()
@@ -237,23 +276,25 @@ fn children_leader_last(pid: i32) -> Option<Vec<i32>> {
     Some(out)
 }
 
-fn descendants_by_scan(me: i32) -> Vec<Descendant> {
-    let Ok(all) = procfs::process::all_processes() else {
+fn descendants_by_scan(me: i32, prune: &[i32]) -> Vec<Descendant> {
+    let Ok(all) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
-    let table: Vec<(i32, i32, i32)> = all
-        .filter_map(|p| p.ok()?.stat().ok())
-        .map(|s| (s.pid, s.ppid, s.pgrp))
+    let table: Vec<(i32, i32, i32, bool)> = all
+        .filter_map(|entry| entry.ok()?.file_name().to_str()?.parse().ok())
+        .filter_map(|pid| Some((pid, read_stat(pid)?)))
+        .map(|(pid, s)| (pid, s.ppid, s.pgrp, s.state == 'Z'))
         .collect();
     let mut found = Vec::new();
     let mut frontier = vec![me];
     while let Some(parent) = frontier.pop() {
-        for &(pid, ppid, pgid) in &table {
-            if ppid == parent && pid != me {
+        for &(pid, ppid, pgid, zombie) in &table {
+            if ppid == parent && pid != me && !prune.contains(&pid) {
                 found.push(Descendant {
                     pid,
                     pgid,
                     proc_pid: pid,
+                    zombie: zombie && thread_count(pid) <= 1,
                 });
                 frontier.push(pid);
             }
@@ -262,9 +303,47 @@ fn descendants_by_scan(me: i32) -> Vec<Descendant> {
     found
 }
 
+/// Whether lifeguard has a child other than those in `besides` (the helper processes):
+/// one read of its child list, no walk. Where /proc shows nothing of lifeguard, any
+/// child counts (the caller then walks, or does without).
+pub fn has_children_besides(besides: &[i32]) -> bool {
+    if besides.is_empty() {
+        return super::process::has_children();
+    }
+    match own_children() {
+        // An outer /proc names lifeguard's children by their pids there: the helper's
+        // pid (lifeguard's namespace) cannot be told in it, so count as the kernel does.
+        Some(children) if proc_view() == ProcView::Own => {
+            children.iter().any(|c| !besides.contains(c))
+        }
+        _ => super::process::has_children(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stat_fields_after_a_name_with_spaces_and_parentheses() {
+        let stat = "4242 (my (odd) app) Z 17 4240 4240 0 -1 4194560 120 0 0 0 3 1 0 0 20 0 1 0\n";
+        assert_eq!(
+            parse_stat(stat),
+            Some(Stat {
+                state: 'Z',
+                ppid: 17,
+                pgrp: 4240
+            })
+        );
+        assert_eq!(parse_stat("4242 (cut"), None);
+        assert_eq!(parse_stat("4242 (a) S x 1"), None);
+        // Recorded from this machine: a shell.
+        let own = "1187 (bash) S 1180 1187 1187 34816 1190 4194560 1024 2519 0 2 2 1 5 3 20 0 1 0 3312 8364032 1066 18446744073709551615 1 1 0 0 0 0 65536 3686404 1266761467 0 0 0 17 1 0 0 0 0 0 0 0 0 0 0 0 0 0\n";
+        assert_eq!(
+            parse_stat(own).map(|s| (s.state, s.ppid, s.pgrp)),
+            Some(('S', 1180, 1187))
+        );
+    }
 
     #[test]
     fn whose_proc_is_decided_from_self_and_nspid() {

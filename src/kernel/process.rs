@@ -57,6 +57,7 @@ pub fn spawn_app(command: &[OsString], terminal: AppTerminal) -> io::Result<i32>
         restore.push((libc::SIGPIPE, libc::SIG_DFL));
     }
     let nofile = INHERITED_NOFILE.get().copied();
+    let closed: Vec<i32> = super::stdio::closed_at_start().collect();
     let mut cmd = Command::new(&command[0]);
     cmd.args(&command[1..])
         .stdin(Stdio::inherit())
@@ -64,7 +65,7 @@ pub fn spawn_app(command: &[OsString], terminal: AppTerminal) -> io::Result<i32>
         .stderr(Stdio::inherit());
     // SAFETY: the closure runs between fork and exec in the child, where only
     // async-signal-safe calls are allowed: setsid, setpgid, tcsetpgrp, ioctl (in
-    // take_terminal_in_child) and raw system calls are, and it allocates nothing.
+    // take_terminal_in_child), close and raw system calls are, and it allocates nothing.
     unsafe {
         cmd.pre_exec(move || {
             take_terminal_in_child(terminal)?;
@@ -73,6 +74,10 @@ pub fn spawn_app(command: &[OsString], terminal: AppTerminal) -> io::Result<i32>
             }
             if let Some(limit) = &nofile {
                 descriptor_limit(Some(limit))?;
+            }
+            // Closed when lifeguard started: closed for the app too.
+            for &fd in &closed {
+                libc::close(fd);
             }
             // Last: from here on the app's own mask applies.
             kernel_mask(libc::SIG_SETMASK, mask_bits)?;

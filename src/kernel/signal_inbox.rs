@@ -18,10 +18,12 @@ static INHERITED_MASK: AtomicU64 = AtomicU64::new(0);
 static INHERITED_IGNORED: AtomicU64 = AtomicU64::new(0);
 static INHERITED_CAPTURED: AtomicBool = AtomicBool::new(false);
 
-/// Runs from `.init_array`, before Rust's runtime start-up sets SIGPIPE to "ignore": it is
+/// Runs from `.init_array`, before Rust's runtime start-up sets SIGPIPE to "ignore" (and
+/// parks /dev/null on closed standard descriptors, which it records too: stdio.rs): it is
 /// the only moment the ignored set lifeguard inherited can still be read (docs/lifecycle.md: the
 /// app gets the mask and ignored set lifeguard was started with, as under tini).
 extern "C" fn capture_inherited_signal_state() {
+    super::stdio::capture_closed_standard_fds();
     // The kernel's own view, reserved real-time signals included (libc hides those).
     let mask = kernel_mask(libc::SIG_BLOCK, 0).unwrap_or(0);
     let mut ignored = 0u64;
@@ -338,6 +340,53 @@ impl SignalInbox {
             signals: ready(&fds[0]),
             bell: ready(&fds[1]),
         })
+    }
+}
+
+impl SignalInbox {
+    /// The loop's wait where nothing but signals is waited for (no helper process, so
+    /// no bell): rt_sigtimedwait on every signal, which takes the signal out of the
+    /// pending set in the same call that waits for it — one system call where a poll
+    /// and a read of the signalfd take two, on the path from a signal to its relay.
+    /// None when `timeout` passed (or a stop and continue interrupted the wait). Only
+    /// where nobody reads readiness: the poll leaves a SIGTERM pending until the loop
+    /// has marked it for `/readyz` (supervisor.rs), this takes it at once.
+    pub fn wait_for_signal(&self, timeout: Option<Duration>) -> io::Result<Option<Received>> {
+        let set: KernelSigset = EVERY_SIGNAL;
+        // Rounded up to the microsecond's nanosecond, as poll's to the millisecond: a
+        // deadline is never woken for early.
+        let ts = timeout.map(|t| libc::timespec {
+            tv_sec: t.as_secs().min(i64::MAX as u64) as _,
+            tv_nsec: t.subsec_nanos() as libc::c_long,
+        });
+        // SAFETY: zeroed siginfo_t is valid plain data for the kernel to fill.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: pointers to the live set, siginfo and timeout (or null: no timeout);
+        // SIGSET_SIZE is the kernel's sigset size.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_rt_sigtimedwait,
+                &set as *const KernelSigset,
+                &mut info as *mut libc::siginfo_t,
+                ts.as_ref()
+                    .map_or(std::ptr::null(), |t| t as *const libc::timespec),
+                SIGSET_SIZE,
+            )
+        };
+        if rc > 0 {
+            // SAFETY: for a signal sent by kill(2) or the kernel the union holds the
+            // sender's pid there (0 when there is none); reading it is reading plain
+            // integers the kernel wrote.
+            let sender = unsafe { info.si_pid() };
+            return Ok(Some(Received {
+                signal: Signal(rc as i32),
+                sender,
+            }));
+        }
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::EAGAIN) | Some(libc::EINTR) => Ok(None),
+            _ => Err(io::Error::last_os_error()),
+        }
     }
 }
 

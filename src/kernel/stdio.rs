@@ -1,9 +1,11 @@
-//! lifeguard's standard descriptors: parked on /dev/null when closed, and a way to write
-//! to stderr that never waits for a reader.
+//! lifeguard's standard descriptors: which were closed at its start (std parks /dev/null
+//! on them; the app gets them closed again), and a way to write to stderr that never
+//! waits for a reader.
 #![allow(unsafe_code)]
 
 use std::io;
 use std::os::fd::{BorrowedFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU8, Ordering};
 
 /// A way to write lifeguard's log lines to stderr that never waits for a reader, so no
 /// writer thread is needed: stderr is shared with the app, so its own file
@@ -68,21 +70,28 @@ pub fn write_whole(fd: BorrowedFd, mut bytes: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// If a standard descriptor is closed, park /dev/null (close-on-exec) on it: otherwise
-/// the first descriptor lifeguard opens would land there and its logs would be written
-/// into, say, the signalfd. The app still sees the descriptor closed.
-pub fn guard_standard_descriptors() {
+/// Bit N set: standard descriptor N (0, 1, 2) was closed when lifeguard was exec'd.
+static CLOSED_AT_START: AtomicU8 = AtomicU8::new(0);
+
+/// Run from the ELF constructor (signal_inbox.rs), before Rust's runtime start-up: std
+/// parks /dev/null on a closed standard descriptor before `main` (so that the first file
+/// it opens cannot land there and a log line go into it), and only this early can
+/// lifeguard still see which were closed, to keep them closed for the app.
+pub(super) fn capture_closed_standard_fds() {
+    let mut closed = 0u8;
     for fd in 0..=2 {
-        if nix::fcntl::fcntl(fd, nix::fcntl::FcntlArg::F_GETFD).is_err() {
-            let opened = nix::fcntl::open(
-                "/dev/null",
-                nix::fcntl::OFlag::O_RDWR | nix::fcntl::OFlag::O_CLOEXEC,
-                nix::sys::stat::Mode::empty(),
-            );
-            // open() returns the lowest free number, which is `fd` itself here.
-            if opened.is_err() {
-                break;
-            }
+        // SAFETY: F_GETFD takes no pointer; EBADF says the descriptor is not open.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } == -1 {
+            closed |= 1 << fd;
         }
     }
+    CLOSED_AT_START.store(closed, Ordering::Relaxed);
+}
+
+/// The standard descriptors closed when lifeguard started (std's /dev/null stands on
+/// them now), for the app's start to close again: it sees them as lifeguard's parent
+/// left them, as under tini.
+pub(super) fn closed_at_start() -> impl Iterator<Item = i32> {
+    let closed = CLOSED_AT_START.load(Ordering::Relaxed);
+    (0..=2).filter(move |fd| closed & (1 << fd) != 0)
 }

@@ -403,7 +403,12 @@ impl Lifecycle {
         let quiet_for = look
             .last_busy
             .map(|busy| look.taken.saturating_duration_since(busy));
-        if in_flight == 0 && quiet_for.is_none_or(|q| q >= self.config.drain_quiet) {
+        // A port never seen listening may be the wrong one: nothing in flight there
+        // says nothing of the app's requests, so the hold goes on (to --drain-max).
+        if in_flight == 0
+            && look.port_seen
+            && quiet_for.is_none_or(|q| q >= self.config.drain_quiet)
+        {
             let quiet_for = quiet_for.unwrap_or(self.config.drain_quiet);
             self.end_drain(DrainEnd::Quiet { quiet_for }, now, actions);
             return;
@@ -709,6 +714,7 @@ mod tests {
             last_busy: busy.map(at),
             busy_by: Busy::InFlight,
             namespace_counted: true,
+            port_seen: true,
         }))
     }
 
@@ -979,6 +985,47 @@ mod tests {
                     Some(25.0),
                 ),
                 (7.0, NoChildrenLeft, vec![Exit(137)], Phase::Exited, None),
+            ],
+        );
+    }
+
+    #[test]
+    fn hold_a_port_never_seen_listening_holds_to_drain_max() {
+        // A wrong --inflight-port: nothing in flight and nothing new there for ever, but
+        // that says nothing of the app's requests. The hold goes on to --drain-max.
+        let unseen = |taken: f64| match look(taken, Some(0), None) {
+            Event::Traffic(Some(l)) => Event::Traffic(Some(Look {
+                port_seen: false,
+                ..l
+            })),
+            other => other,
+        };
+        run_table(
+            holding(),
+            vec![
+                (0.0, Event::Signal(TERM), vec![], Phase::Draining, Some(5.0)),
+                (5.0, Tick, vec![LookAtTraffic], Phase::Draining, Some(5.1)),
+                (
+                    5.0,
+                    unseen(5.0),
+                    vec![HoldBegan {
+                        in_flight: 0,
+                        at_the_latest: Duration::from_secs(10),
+                    }],
+                    Phase::Draining,
+                    Some(5.1),
+                ),
+                (10.0, Tick, vec![LookAtTraffic], Phase::Draining, Some(10.1)),
+                (10.0, unseen(10.0), vec![], Phase::Draining, Some(10.1)),
+                (14.9, Tick, vec![LookAtTraffic], Phase::Draining, Some(15.0)),
+                (14.9, unseen(14.9), vec![], Phase::Draining, Some(15.0)),
+                (
+                    15.0,
+                    Tick,
+                    vec![over(15.0, DrainMax, Some(0)), relay(TERM)],
+                    Phase::Stopping,
+                    Some(25.0),
+                ),
             ],
         );
     }

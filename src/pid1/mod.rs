@@ -9,13 +9,14 @@ pub mod lifecycle;
 pub mod supervisor;
 pub mod sys;
 
+use std::convert::Infallible;
+use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
 
-use crate::board::Board;
+use crate::board::{Board, HelperBoard};
 use crate::cli::{self, Settings};
-use crate::helper;
 use crate::kernel;
 use crate::logging;
 use keeper::Keeper;
@@ -32,8 +33,42 @@ const MAX_DESCRIPTORS: u64 = 2048;
 /// Descriptors kept free of connections: the signalfd, epoll, the app check's sockets.
 const RESERVED_DESCRIPTORS: u64 = 64;
 
-pub fn supervise(settings: Settings) -> anyhow::Result<u8> {
-    kernel::guard_standard_descriptors();
+/// What PID 1 knows of the helper process: whether there is one, what it keeps of the
+/// descriptors a fork gives it, and its entry point. `main` hands it over, so that
+/// supervision holds no helper type and the helper's code is reached only through the
+/// fork.
+pub trait HelperProcess {
+    /// Whether there is anything for a helper process to do.
+    fn needed(&self) -> bool;
+    /// Whether it has figures to publish before it leaves.
+    fn publishes(&self) -> bool;
+    /// The descriptors it keeps besides the Board's bells (its sockets).
+    fn keeps(&self) -> Vec<RawFd>;
+    /// Its life, in the child of the fork.
+    fn run(&self, board: HelperBoard) -> Infallible;
+}
+
+/// What PID 1 binds for the helper before the app starts: the endpoint's listeners (one
+/// per address, and how many connections they may hold at once) and copies of the ready
+/// port's sockets, whose queues the helper empties.
+pub struct Sockets {
+    pub endpoint: Option<(Vec<std::net::TcpListener>, usize)>,
+    pub ready_port: Vec<std::net::TcpListener>,
+}
+
+/// The endpoint's sizes, the helper's to choose: PID 1 binds its sockets.
+pub struct EndpointSizes {
+    /// Connections held at once, at most (the descriptor limit may lower it).
+    pub max_connections: usize,
+    pub receive_buffer: usize,
+    pub send_buffer: usize,
+}
+
+pub fn supervise(
+    settings: Settings,
+    sizes: EndpointSizes,
+    helper: impl FnOnce(Sockets) -> Box<dyn HelperProcess>,
+) -> anyhow::Result<u8> {
     // First, before any thread exists: every thread started later inherits the mask.
     let inbox = kernel::SignalInbox::block_all().context("blocking signals")?;
     kernel::hear_children();
@@ -49,20 +84,27 @@ pub fn supervise(settings: Settings) -> anyhow::Result<u8> {
     }
     // Bound before the app starts, so an unusable explicit address stops everything
     // with 125 and nothing is left half-started.
-    let endpoint = bind_endpoint(&settings.listen)?;
+    let hosts = endpoint_addresses(&settings.listen)?;
+    let endpoint = bind_endpoint(&settings.listen, &hosts, &sizes)?;
+    let ready_port = match settings.ready_port {
+        Some(port) => Some(bind_ready_port(port, &hosts)?),
+        None => None,
+    };
     // Mapped before the fork, so the helper shares it.
     let board = Board::new().context("mapping the board")?;
     // The C library may have unblocked its reserved signals if a thread was started
     // (the --listen lookup): block them again, once.
     kernel::reblock_every_signal();
     let terminal = kernel::release_terminal(&inbox);
-    let plan = helper::Plan {
+    let helper = helper(Sockets {
         endpoint,
-        app_check: settings.app_check.clone(),
-        check_interval: settings.check_interval,
-        metrics: settings.metrics.clone(),
-        cloudwatch: settings.cloudwatch.clone(),
-    };
+        ready_port: match &ready_port {
+            Some(port) => port
+                .listeners()
+                .context("copying the ready port's sockets for the helper")?,
+            None => Vec::new(),
+        },
+    });
 
     let program = settings.command[0].to_string_lossy().into_owned();
     let app_pid = match kernel::spawn_app(&settings.command, terminal) {
@@ -94,15 +136,27 @@ pub fn supervise(settings: Settings) -> anyhow::Result<u8> {
         }
     };
     logging::info("app started", &[("pid", &app_pid), ("command", &program)]);
+    if let Some(notice) = docker_stop_notice(
+        kernel::is_pid1(),
+        std::path::Path::new("/.dockerenv").exists(),
+        |name| std::env::var_os(name).is_some(),
+        settings.lifecycle.grace,
+    ) {
+        logging::notice(notice, &[]);
+    }
 
     let supervisor = Supervisor {
         keeper: Keeper::new(
-            plan.needed(),
-            plan.publishes(),
+            helper.needed(),
+            helper.publishes(),
             Instant::now() + keeper::FIRST_START,
         ),
         app_check: settings.app_check.is_some(),
-        sys: Kernel { inbox, plan },
+        sys: Kernel {
+            inbox,
+            helper,
+            ready_port,
+        },
         lifecycle: Lifecycle::new(settings.lifecycle),
         app_pid,
         warn_on_reap: settings.warn_on_reap,
@@ -112,6 +166,10 @@ pub fn supervise(settings: Settings) -> anyhow::Result<u8> {
         senders: Default::default(),
         me: kernel::own_pid(),
         inflight_port: settings.metrics.inflight_port,
+        ready_port: settings.ready_port,
+        ready_open: false,
+        woke_late: Duration::ZERO,
+        told_own_signal: false,
     };
     // The helper process is forked by the loop keeper::FIRST_START after the app's
     // spawn: its start is off the app's way.
@@ -119,6 +177,40 @@ pub fn supervise(settings: Settings) -> anyhow::Result<u8> {
     kernel::restore_terminal(terminal);
     logging::notice("exiting", &[("code", &code)]);
     Ok(code)
+}
+
+/// Docker's own stop timeout: `docker stop` (and a compose `down`) sends SIGKILL this
+/// long after its SIGTERM unless the container was started with another.
+const DOCKER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// At start, as PID 1 of what looks like a plain Docker container (Docker writes
+/// `/.dockerenv` into every container; ECS and Kubernetes set variables of their own and
+/// stop containers with their own timeouts), whether to say that Docker's default stop
+/// timeout is shorter than `--grace`: a container killed at 10 s exits 137 with no
+/// "grace deadline reached" line, and the plan in the SIGTERM's line is all that would
+/// explain it. Said whatever the container was started with: lifeguard cannot see its
+/// `--stop-timeout` from inside.
+fn docker_stop_notice(
+    pid1: bool,
+    dockerenv: bool,
+    set: impl Fn(&str) -> bool,
+    grace: Duration,
+) -> Option<String> {
+    let orchestrated = [
+        "ECS_CONTAINER_METADATA_URI_V4",
+        "ECS_CONTAINER_METADATA_URI",
+        "KUBERNETES_SERVICE_HOST",
+    ]
+    .iter()
+    .any(|name| set(name));
+    (pid1 && dockerenv && !orchestrated && grace >= DOCKER_STOP_TIMEOUT).then(|| {
+        format!(
+            "running under Docker: `docker stop` sends SIGKILL {} after its SIGTERM unless the container was started with a longer --stop-timeout (compose: stop_grace_period), before --grace ({}) is over; give it {} or more, or lower --grace and --drain-max",
+            crate::seconds::human(DOCKER_STOP_TIMEOUT),
+            crate::seconds::human(grace),
+            crate::seconds::human(grace + Duration::from_secs(5)),
+        )
+    })
 }
 
 /// What the exec failure means for COMMAND: the kernel says EACCES both for a file
@@ -147,24 +239,50 @@ fn why_not_run(program: &str, err: &std::io::Error) -> String {
 /// How long a host name given to `--listen` may take to resolve, at start.
 const LISTEN_LOOKUP_LIMIT: Duration = Duration::from_secs(2);
 
+/// The addresses of `--listen` (a host name's every address), looked up once; with
+/// the endpoint off, the default's (the ready port listens on the same host).
+fn endpoint_addresses(listen: &cli::Listen) -> anyhow::Result<Vec<std::net::SocketAddr>> {
+    Ok(match &listen.at {
+        Some(cli::ListenAt::Addr(addr)) => vec![*addr],
+        Some(cli::ListenAt::Name { host, port }) => resolve(host, *port)?,
+        None => vec![cli::DEFAULT_LISTEN.parse().expect("valid default")],
+    })
+}
+
+/// The ready port's sockets (`--ready-port`), on the endpoint's host, bound and not
+/// listening: the port was named, so a failure to bind it stops lifeguard (125) before
+/// the app starts, naming the address.
+fn bind_ready_port(port: u16, hosts: &[std::net::SocketAddr]) -> anyhow::Result<kernel::ReadyPort> {
+    let addrs: Vec<std::net::SocketAddr> = hosts
+        .iter()
+        .map(|addr| std::net::SocketAddr::new(addr.ip(), port))
+        .collect();
+    let bound = kernel::ReadyPort::bind(&addrs).with_context(|| {
+        let named: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
+        format!("cannot bind --ready-port on {}", named.join(", "))
+    })?;
+    logging::info(
+        "ready port bound: it listens once the app is ready",
+        &[("port", &port)],
+    );
+    Ok(bound)
+}
+
 /// The endpoint's listeners (one per address), if it is on. An address the user named
 /// must work; the default may be taken (two lifeguards in one pod), which costs only a
 /// warning. Returns them with the number of connections they may hold at once.
 fn bind_endpoint(
     listen: &cli::Listen,
+    addrs: &[std::net::SocketAddr],
+    sizes: &EndpointSizes,
 ) -> anyhow::Result<Option<(Vec<std::net::TcpListener>, usize)>> {
     let Some(at) = &listen.at else {
         return Ok(None);
     };
-    let addrs = match at {
-        cli::ListenAt::Addr(addr) => vec![*addr],
-        cli::ListenAt::Name { host, port } => resolve(host, *port)?,
-    };
     let limit = kernel::raise_descriptor_limit(MAX_DESCRIPTORS);
-    let cap = (limit.saturating_sub(RESERVED_DESCRIPTORS) as usize)
-        .min(helper::endpoint::MAX_CONNECTIONS);
+    let cap = (limit.saturating_sub(RESERVED_DESCRIPTORS) as usize).min(sizes.max_connections);
     let mut listeners = Vec::new();
-    for addr in addrs {
+    for &addr in addrs {
         let bound = std::net::TcpListener::bind(addr).and_then(|l| {
             l.set_nonblocking(true)?;
             Ok(l)
@@ -172,11 +290,9 @@ fn bind_endpoint(
         match bound {
             Ok(listener) => {
                 // Refinements only: a listener the kernel would not tune still serves.
-                if let Err(err) = kernel::tune_listener(
-                    &listener,
-                    helper::endpoint::RECEIVE_BUFFER,
-                    helper::endpoint::SEND_BUFFER,
-                ) {
+                if let Err(err) =
+                    kernel::tune_listener(&listener, sizes.receive_buffer, sizes.send_buffer)
+                {
                     logging::warn(format!("endpoint socket left untuned: {err}"), &[]);
                 }
                 logging::info(
@@ -214,7 +330,34 @@ fn resolve(host: &str, port: u16) -> anyhow::Result<Vec<std::net::SocketAddr>> {
         Some(Err(err)) => Err(err).with_context(|| format!("cannot listen on {host}:{port}")),
         None => anyhow::bail!(
             "cannot listen on {host}:{port}: no answer to the name lookup within {}",
-            humantime::format_duration(LISTEN_LOOKUP_LIMIT)
+            crate::seconds::human(LISTEN_LOOKUP_LIMIT)
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dockers_short_stop_timeout_is_said_only_where_it_applies() {
+        let none = |_: &str| false;
+        let grace = Duration::from_secs(25);
+        let said = docker_stop_notice(true, true, none, grace).unwrap();
+        assert!(
+            said.contains("10s") && said.contains("25s") && said.contains("30s"),
+            "{said}"
+        );
+        // Not PID 1, no /.dockerenv, under ECS or Kubernetes, or a grace within 10 s.
+        assert_eq!(docker_stop_notice(false, true, none, grace), None);
+        assert_eq!(docker_stop_notice(true, false, none, grace), None);
+        let ecs = |n: &str| n == "ECS_CONTAINER_METADATA_URI_V4";
+        assert_eq!(docker_stop_notice(true, true, ecs, grace), None);
+        let k8s = |n: &str| n == "KUBERNETES_SERVICE_HOST";
+        assert_eq!(docker_stop_notice(true, true, k8s, grace), None);
+        assert_eq!(
+            docker_stop_notice(true, true, none, Duration::from_secs(8)),
+            None
+        );
     }
 }

@@ -5,17 +5,20 @@
 #![forbid(unsafe_code)]
 
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::os::fd::{BorrowedFd, RawFd};
 use std::time::Duration;
 
+use super::HelperProcess;
 use crate::board::Board;
-use crate::helper;
 use crate::kernel::{self, Descendant, ProcView, Reaped, Received, SignalInbox, Woke};
 use crate::signal_names::Signal;
 
 pub trait Sys {
     /// The loop's one wait: a signal, the bell, or the timeout.
     fn wait(&mut self, bell: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<Woke>;
+    /// The loop's wait with no helper process (no bell): a signal, taken in the same
+    /// call, or None at the timeout.
+    fn wait_for_signal(&mut self, timeout: Option<Duration>) -> io::Result<Option<Received>>;
     /// Whether `signal` waits in the inbox, not yet read.
     fn pending(&self, signal: Signal) -> bool;
     /// Every signal pending, appended to `out`.
@@ -24,8 +27,10 @@ pub trait Sys {
     fn send(&mut self, target: i32, signal: Signal) -> io::Result<()>;
     /// kill(-1, signal): as PID 1, everything else in the namespace.
     fn signal_everything(&mut self, signal: Signal);
-    fn descendants(&mut self) -> Vec<Descendant>;
-    fn has_children(&mut self) -> bool;
+    /// lifeguard's descendants, but those in `prune` and everything below them.
+    fn descendants(&mut self, prune: &[i32]) -> Vec<Descendant>;
+    /// Whether lifeguard has a child besides those in `besides`.
+    fn has_children_besides(&mut self, besides: &[i32]) -> bool;
     fn proc_view(&self) -> ProcView;
     fn is_pid1(&self) -> bool;
     /// Whether `process` catches, blocks or ignores `signal`.
@@ -35,17 +40,25 @@ pub trait Sys {
     fn stop_with_app(&mut self, app: i32);
     /// Forks a new helper process on `board`; its pid.
     fn start_helper(&mut self, board: &Board) -> io::Result<i32>;
+    /// Makes the ready port listen (`open`) or refuse; only called on a change.
+    fn set_ready_port(&mut self, open: bool) -> io::Result<()>;
 }
 
 /// The real kernel. Owns the signal inbox and what a helper process runs.
 pub struct Kernel {
     pub inbox: SignalInbox,
-    pub plan: helper::Plan,
+    pub helper: Box<dyn HelperProcess>,
+    /// `--ready-port`'s sockets.
+    pub ready_port: Option<kernel::ReadyPort>,
 }
 
 impl Sys for Kernel {
     fn wait(&mut self, bell: BorrowedFd<'_>, timeout: Option<Duration>) -> io::Result<Woke> {
         self.inbox.wait(bell, timeout)
+    }
+
+    fn wait_for_signal(&mut self, timeout: Option<Duration>) -> io::Result<Option<Received>> {
+        self.inbox.wait_for_signal(timeout)
     }
 
     fn pending(&self, signal: Signal) -> bool {
@@ -68,12 +81,12 @@ impl Sys for Kernel {
         kernel::signal_everything_in_namespace(signal)
     }
 
-    fn descendants(&mut self) -> Vec<Descendant> {
-        kernel::descendants()
+    fn descendants(&mut self, prune: &[i32]) -> Vec<Descendant> {
+        kernel::descendants(prune)
     }
 
-    fn has_children(&mut self) -> bool {
-        kernel::has_children()
+    fn has_children_besides(&mut self, besides: &[i32]) -> bool {
+        kernel::has_children_besides(besides)
     }
 
     fn proc_view(&self) -> ProcView {
@@ -99,12 +112,23 @@ impl Sys for Kernel {
     fn start_helper(&mut self, board: &Board) -> io::Result<i32> {
         // The child's own handle on the page and bells, made here so a failure is
         // PID 1's to report.
-        let copy = board.duplicate()?;
+        let copy = board.for_helper()?;
         // What the helper will read of lifeguard, decided here in PID 1 (a run that
         // never forks a helper never reads it): a fork copies it, and the helper could
         // not (its pid and /proc/self are its own).
         let _ = kernel::proc_view();
-        let plan = &self.plan;
-        kernel::fork_helper(self.inbox.as_raw_fd(), move || helper::run(plan, copy))
+        let helper = &*self.helper;
+        // What the helper keeps of the descriptors a fork gives it: its own handles on
+        // the Board's bells and its sockets. Everything else is PID 1's, or the app's
+        // (closed in the helper).
+        let keep: Vec<RawFd> = copy.fds().chain(helper.keeps()).collect();
+        kernel::fork_helper(&keep, move || helper.run(copy))
+    }
+
+    fn set_ready_port(&mut self, open: bool) -> io::Result<()> {
+        match &mut self.ready_port {
+            Some(port) => port.set(open).map(drop),
+            None => Ok(()),
+        }
     }
 }

@@ -55,7 +55,8 @@ impl Balancer {
         Balancer::start_with(servers, check_path, QUICK_CHECKS)
     }
 
-    /// As `start`, with the health checks' timing given.
+    /// As `start`, with the health checks' timing given. An empty `check_path` makes
+    /// the checks TCP connects (HAProxy's default `check`, as an NLB's TCP check).
     pub fn start_with(servers: &[(u16, u16)], check_path: &str, checks: Checks) -> Balancer {
         let haproxy = installed("haproxy");
         let dir = std::env::temp_dir().join(format!(
@@ -77,9 +78,14 @@ impl Balancer {
              defaults\n  mode http\n  timeout connect 1s\n  timeout client 10s\n  timeout server 10s\n  \
              retries 0\n  option http-server-close\n\
              frontend web\n  bind 127.0.0.1:{port}\n  default_backend app\n\
-             backend app\n  balance {balance}\n  option httpchk GET {check_path}\n  \
+             backend app\n  balance {balance}\n{http_check}  \
              default-server inter {inter} fall {fall} rise 1\n  \
              use-server s0 if {{ path_beg /slow/4000 }}\n{servers}",
+            http_check = if check_path.is_empty() {
+                String::new()
+            } else {
+                format!("  option httpchk GET {check_path}\n")
+            },
             inter = checks.inter,
             fall = checks.fall,
             balance = checks.balance,

@@ -119,6 +119,10 @@ impl Client {
                 .set_values(Some(samples.iter().map(|(value, _)| *value).collect()))
                 .set_counts(Some(samples.iter().map(|(_, n)| *n as f64).collect()))
                 .unit(StandardUnit::Count),
+            Value::Seconds(samples) => builder
+                .set_values(Some(samples.iter().map(|(value, _)| *value).collect()))
+                .set_counts(Some(samples.iter().map(|(_, n)| *n as f64).collect()))
+                .unit(StandardUnit::Seconds),
         }
         .build()
     }

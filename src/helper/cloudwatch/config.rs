@@ -1,6 +1,6 @@
 //! The environment contract of the ECS scaling module:
 //! `METRICS_NAMESPACE`, `METRICS_INTERVAL`, `METRICS_DIMENSIONS`,
-//! `METRICS_BURST_THRESHOLD`. A value that cannot be used is refused at start, naming
+//! `METRICS_BURST_THRESHOLD`, and `METRICS_EXTRA` (the metrics sent only on request). A value that cannot be used is refused at start, naming
 //! the variable and the accepted form: a typo in a task definition should fail the
 //! deploy, not publish nothing for months.
 #![forbid(unsafe_code)]
@@ -27,7 +27,13 @@ pub struct Config {
     pub dimensions: Vec<(String, String)>,
     /// A 1-second in-flight sample at or above this publishes at once; None: no burst.
     pub burst_threshold: Option<u64>,
+    /// `METRICS_EXTRA=OldestRequestAge`: the oldest waiting request's age too (a custom
+    /// metric more, so only on request).
+    pub oldest_request_age: bool,
 }
+
+/// The metrics `METRICS_EXTRA` may name.
+pub const EXTRA_METRICS: [&str; 1] = ["OldestRequestAge"];
 
 /// `METRICS_SINK` (`--metrics-sink`): the two ways to CloudWatch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -85,6 +91,10 @@ pub fn from_env(
             Some(text) => threshold_of(&text)?,
             None => None,
         },
+        oldest_request_age: match set("METRICS_EXTRA") {
+            Some(text) => extra_of(&text)?.contains(&"OldestRequestAge"),
+            None => false,
+        },
     }))
 }
 
@@ -99,6 +109,7 @@ pub fn ignored(lookup: &impl Fn(&str) -> Option<String>) -> Vec<&'static str> {
         "METRICS_INTERVAL",
         "METRICS_DIMENSIONS",
         "METRICS_BURST_THRESHOLD",
+        "METRICS_EXTRA",
     ]
     .into_iter()
     .filter(|name| lookup(name).is_some_and(|v| !v.trim().is_empty()))
@@ -125,10 +136,9 @@ fn interval_of(text: &str) -> Result<Duration, String> {
     // CloudWatch's high resolution is one second; a shorter interval would leave each
     // call less time than it takes.
     let form = "expected a positive number of seconds, 1 or more, like 10 or 30";
-    match text.trim().parse::<f64>() {
-        Ok(secs) if secs.is_finite() && (1.0..=86_400.0).contains(&secs) => {
-            Ok(Duration::from_secs_f64(secs))
-        }
+    let day = Duration::from_secs(86_400);
+    match crate::seconds::plain(text.trim()) {
+        Some(d) if (Duration::from_secs(1)..=day).contains(&d) => Ok(d),
         _ => Err(format!("METRICS_INTERVAL '{text}' cannot be used: {form}")),
     }
 }
@@ -190,6 +200,23 @@ fn threshold_of(text: &str) -> Result<Option<u64>, String> {
             "METRICS_BURST_THRESHOLD '{text}' cannot be used: expected a whole number of requests, 0 or more (0: no burst publishing)"
         )),
     }
+}
+
+/// `OldestRequestAge[,…]`: names of `EXTRA_METRICS`, any case.
+fn extra_of(text: &str) -> Result<Vec<&'static str>, String> {
+    let mut named = Vec::new();
+    for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        match EXTRA_METRICS.iter().find(|m| m.eq_ignore_ascii_case(name)) {
+            Some(metric) => named.push(*metric),
+            None => {
+                return Err(format!(
+                    "METRICS_EXTRA: '{name}' is not a metric lifeguard can add: expected a comma-separated list of {}",
+                    EXTRA_METRICS.join(", ")
+                ))
+            }
+        }
+    }
+    Ok(named)
 }
 
 #[cfg(test)]
@@ -263,7 +290,22 @@ mod tests {
                 interval: Duration::from_secs(10),
                 dimensions: vec![],
                 burst_threshold: None,
+                oldest_request_age: false,
             }))
+        );
+        let with = |extra: &'static str| {
+            read(&[("METRICS_NAMESPACE", "Acme/web"), ("METRICS_EXTRA", extra)])
+                .map(|c| c.unwrap().oldest_request_age)
+        };
+        assert_eq!(with("OldestRequestAge"), Ok(true));
+        assert_eq!(with(" oldestrequestage, "), Ok(true));
+        assert_eq!(with(" "), Ok(false));
+        let refused = with("OldestRequestAge,P99").unwrap_err();
+        assert!(
+            refused.contains("METRICS_EXTRA")
+                && refused.contains("'P99'")
+                && refused.contains("OldestRequestAge"),
+            "{refused}"
         );
     }
 

@@ -32,6 +32,7 @@ pub fn record(
         let (unit, value) = match &datum.value {
             Value::Percent(p) => ("Percent", json!(p)),
             Value::Samples(distinct) => ("Count", json!(expand(distinct, MAX_VALUES))),
+            Value::Seconds(distinct) => ("Seconds", json!(expand(distinct, MAX_VALUES))),
         };
         metrics.push(json!({"Name": datum.name, "Unit": unit, "StorageResolution": 1}));
         root.insert(datum.name.to_string(), value);
@@ -88,7 +89,7 @@ mod tests {
 
     fn median(values: &[f64]) -> f64 {
         let mut v = values.to_vec();
-        v.sort_by(f64::total_cmp);
+        v.sort_unstable_by(f64::total_cmp);
         let n = v.len();
         if n % 2 == 1 {
             v[n / 2]

@@ -91,7 +91,7 @@ impl Put for EmfSink {
                     Outcome::Timeout,
                     format!(
                         "the EMF record was not written within {}",
-                        humantime::format_duration(timeout)
+                        crate::seconds::human(timeout)
                     ),
                 )),
             }

@@ -121,6 +121,7 @@ fn reading(sample: &Sample) -> Reading {
         in_flight: sample.requests_in_flight,
         cpu_percent: sample.cpu_utilization_percent,
         memory_percent: sample.memory_utilization_percent,
+        oldest_request_age: sample.request_oldest_seconds,
     }
 }
 
@@ -268,10 +269,11 @@ async fn publish(
         "CloudWatch publishing",
         &[
             ("namespace", &config.namespace),
-            ("interval", &humantime::format_duration(config.interval)),
+            ("interval", &crate::seconds::human(config.interval)),
         ],
     );
-    let mut plan = Plan::new(config.interval, config.burst_threshold, Instant::now());
+    let mut plan = Plan::new(config.interval, config.burst_threshold, Instant::now())
+        .with_oldest_request_age(config.oldest_request_age);
     let mut samples = desk.watch_sample();
     // With -vv, the in-flight samples behind each publish, in the order taken.
     let mut sampled = logging::enabled(logging::Level::Debug).then(Sampled::default);

@@ -37,6 +37,8 @@ pub enum Value {
     /// The interval's 1-second samples as raw values: each distinct value, lowest
     /// first, with how often it was sampled; at most `MAX_VALUES` pairs (see `fit`).
     Samples(Vec<(f64, u64)>),
+    /// The same, of a figure in seconds.
+    Seconds(Vec<(f64, u64)>),
 }
 
 /// What a sample brings: in-flight only with an in-flight source; CPU and memory when
@@ -46,12 +48,16 @@ pub struct Reading {
     pub in_flight: Option<u64>,
     pub cpu_percent: Option<f64>,
     pub memory_percent: Option<f64>,
+    /// The oldest waiting request's age, in seconds.
+    pub oldest_request_age: Option<f64>,
 }
 
 #[derive(Clone, Debug)]
 pub struct Plan {
     interval: Duration,
     burst_threshold: Option<u64>,
+    /// Whether `OldestRequestAge` is published (`METRICS_EXTRA`).
+    oldest_request_age: bool,
     started: Instant,
     last_publish: Option<Instant>,
     window: Window,
@@ -63,6 +69,8 @@ struct Window {
     /// In-flight value → how many samples had it. Bounded by the distinct values, not
     /// by the interval's length (a 24-hour interval of a steady load is one entry).
     in_flight: BTreeMap<u64, u64>,
+    /// The oldest request's age in milliseconds → how many samples had it.
+    oldest_request_ms: BTreeMap<u64, u64>,
     cpu_sum: f64,
     cpu_samples: u32,
     memory: Option<f64>,
@@ -73,10 +81,17 @@ impl Plan {
         Plan {
             interval,
             burst_threshold,
+            oldest_request_age: false,
             started: now,
             last_publish: None,
             window: Window::default(),
         }
+    }
+
+    /// Publishes `OldestRequestAge` too.
+    pub fn with_oldest_request_age(mut self, on: bool) -> Plan {
+        self.oldest_request_age = on;
+        self
     }
 
     /// When the next regular publish is due.
@@ -88,6 +103,10 @@ impl Plan {
     pub fn record(&mut self, reading: Reading, now: Instant) -> bool {
         if let Some(n) = reading.in_flight {
             *self.window.in_flight.entry(n).or_insert(0) += 1;
+        }
+        if let (true, Some(age)) = (self.oldest_request_age, reading.oldest_request_age) {
+            let ms = (age * 1000.0).round() as u64;
+            *self.window.oldest_request_ms.entry(ms).or_insert(0) += 1;
         }
         if let Some(cpu) = reading.cpu_percent {
             self.window.cpu_sum += cpu;
@@ -127,6 +146,15 @@ impl Plan {
             batch.push(Datum {
                 name: "RequestsInFlight",
                 value: Value::Samples(fit(distinct, MAX_VALUES)),
+            });
+        }
+        if !window.oldest_request_ms.is_empty() {
+            let distinct = (window.oldest_request_ms.iter())
+                .map(|(ms, count)| (*ms as f64 / 1000.0, *count))
+                .collect();
+            batch.push(Datum {
+                name: "OldestRequestAge",
+                value: Value::Seconds(fit(distinct, MAX_VALUES)),
             });
         }
         let quiet = QUIET_FLOOR.max(self.interval * 2);
@@ -198,6 +226,7 @@ mod tests {
             in_flight: Some(in_flight),
             cpu_percent: Some(cpu),
             memory_percent: Some(memory),
+            oldest_request_age: None,
         }
     }
 
@@ -221,6 +250,30 @@ mod tests {
     fn percentile(sorted: &[f64], p: f64) -> f64 {
         let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
         sorted[rank - 1]
+    }
+
+    #[test]
+    fn the_oldest_request_age_goes_out_only_on_request_as_raw_seconds() {
+        let t0 = Instant::now();
+        let aged = |age: f64| Reading {
+            in_flight: Some(1),
+            oldest_request_age: Some(age),
+            ..Default::default()
+        };
+        let mut off = Plan::new(Duration::from_secs(10), None, t0);
+        off.record(aged(2.0), at(t0, 1.0));
+        assert_eq!(names(&off.take(at(t0, 10.0))), ["RequestsInFlight"]);
+        let mut on = Plan::new(Duration::from_secs(10), None, t0).with_oldest_request_age(true);
+        for (s, age) in [(1.0, 0.0), (2.0, 2.0004), (3.0, 2.0), (4.0, 0.25)] {
+            on.record(aged(age), at(t0, s));
+        }
+        let batch = on.take(at(t0, 10.0));
+        assert_eq!(names(&batch), ["RequestsInFlight", "OldestRequestAge"]);
+        // To the millisecond: 2.0004 and 2.0 are one value sampled twice.
+        assert_eq!(
+            batch[1].value,
+            Value::Seconds(vec![(0.0, 1), (0.25, 1), (2.0, 2)])
+        );
     }
 
     #[test]
@@ -302,6 +355,7 @@ mod tests {
             in_flight: None,
             cpu_percent: Some(250.0),
             memory_percent: Some(12.0),
+            oldest_request_age: None,
         };
         assert!(!plan.record(reading, at(t0, 21.0)));
         let batch = plan.take(at(t0, 21.0));
@@ -330,7 +384,7 @@ mod tests {
             plan.record(sample(n, 0.0, 0.0), at(t0, s as f64));
             all.push(n as f64);
         }
-        all.sort_by(f64::total_cmp);
+        all.sort_unstable_by(f64::total_cmp);
         let batch = plan.take(at(t0, 86_400.0));
         let Value::Samples(pairs) = &batch[0].value else {
             panic!("{batch:?}")

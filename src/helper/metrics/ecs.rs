@@ -123,7 +123,7 @@ impl Client {
             Ok(Err(reason)) => Err(reason),
             Err(_) => Err(format!(
                 "GET {url}: no answer within {}",
-                humantime::format_duration(self.timeout)
+                crate::seconds::human(self.timeout)
             )),
         }
     }

@@ -9,16 +9,20 @@
 
 use std::fmt::Write as _;
 
+use super::inflight::RESPONSE_BUCKETS;
 use crate::helper::desk::Snapshot;
 
 #[derive(Clone, Copy)]
 enum Kind {
     Gauge,
     Counter,
+    /// Points named `_bucket` (with `le`), `_sum` and `_count`.
+    Histogram,
 }
 
-/// A sample's labels and value.
-type Point = (Vec<(&'static str, String)>, f64);
+/// A sample's suffix to the family's name (a histogram's `_bucket`, `_sum`, `_count`;
+/// empty for the others), its labels and value.
+type Point = (&'static str, Vec<(&'static str, String)>, f64);
 
 struct Family {
     name: &'static str,
@@ -30,7 +34,23 @@ struct Family {
 }
 
 fn one(value: Option<f64>) -> Vec<Point> {
-    value.map(|v| (Vec::new(), v)).into_iter().collect()
+    value.map(|v| ("", Vec::new(), v)).into_iter().collect()
+}
+
+/// A histogram's points: each bucket's cumulative count by its upper bound, `+Inf` last
+/// (the count), then the sum and the count.
+fn histogram(bounds: &[f64], cumulative: impl Iterator<Item = u64>, sum: f64) -> Vec<Point> {
+    let mut points: Vec<Point> = bounds
+        .iter()
+        .map(|b| number(*b))
+        .chain(["+Inf".to_string()])
+        .zip(cumulative)
+        .map(|(le, n)| ("_bucket", vec![("le", le)], n as f64))
+        .collect();
+    let count = points.last().map_or(0.0, |p| p.2);
+    points.push(("_sum", Vec::new(), sum));
+    points.push(("_count", Vec::new(), count));
+    points
 }
 
 fn flag(on: bool) -> f64 {
@@ -61,7 +81,7 @@ const FAMILIES: &[Family] = &[
         read: |s| {
             s.forwarded
                 .iter()
-                .map(|(signal, n)| (vec![("signal", signal.to_string())], *n as f64))
+                .map(|(signal, n)| ("", vec![("signal", signal.to_string())], *n as f64))
                 .collect()
         },
     },
@@ -162,6 +182,21 @@ const FAMILIES: &[Family] = &[
         read: |s| one(s.sample.listen.oldest_queued_seconds),
     },
     Family {
+        name: "lifeguard_request_oldest_seconds",
+        kind: Kind::Gauge,
+        help: "Age of the oldest request on --inflight-port received and not yet answered (data in after the connection last sent), from the kernel's per-connection clocks; 0 when none waits.",
+        read: |s| one(s.sample.request_oldest_seconds),
+    },
+    Family {
+        name: "lifeguard_response_seconds",
+        kind: Kind::Histogram,
+        help: "Sampled response times on --inflight-port: per connection and look, the last answer sent since the previous look, from its request's last byte in to its last byte out (docs/metrics.md: what it cannot see).",
+        read: |s| match &s.sample.responses {
+            Some(r) => histogram(&RESPONSE_BUCKETS, r.cumulative(), r.sum_seconds),
+            None => Vec::new(),
+        },
+    },
+    Family {
         name: "lifeguard_listen_overflows_total",
         kind: Kind::Counter,
         help: "Connections dropped because an accept queue was full, in lifeguard's network namespace (TcpExt ListenOverflows).",
@@ -232,7 +267,7 @@ const FAMILIES: &[Family] = &[
             s.cloudwatch
                 .iter()
                 .flatten()
-                .map(|(outcome, n)| (vec![("result", outcome.label().to_string())], *n as f64))
+                .map(|(outcome, n)| ("", vec![("result", outcome.label().to_string())], *n as f64))
                 .collect()
         },
     },
@@ -258,7 +293,7 @@ const FAMILIES: &[Family] = &[
         read: |s| {
             s.helper_failures
                 .iter()
-                .map(|(helper, n)| (vec![("helper", helper.name().to_string())], *n as f64))
+                .map(|(helper, n)| ("", vec![("helper", helper.name().to_string())], *n as f64))
                 .collect()
         },
     },
@@ -272,7 +307,7 @@ const FAMILIES: &[Family] = &[
         name: "lifeguard_build_info",
         kind: Kind::Gauge,
         help: "Always 1; the version of lifeguard as a label.",
-        read: |_| vec![(vec![("version", env!("CARGO_PKG_VERSION").to_string())], 1.0)],
+        read: |_| vec![("", vec![("version", env!("CARGO_PKG_VERSION").to_string())], 1.0)],
     },
 ];
 
@@ -287,11 +322,13 @@ pub fn encode(snapshot: &Snapshot) -> String {
         let kind = match family.kind {
             Kind::Gauge => "gauge",
             Kind::Counter => "counter",
+            Kind::Histogram => "histogram",
         };
         let _ = writeln!(out, "# HELP {} {}", family.name, family.help);
         let _ = writeln!(out, "# TYPE {} {kind}", family.name);
-        for (labels, value) in points {
+        for (suffix, labels, value) in points {
             out.push_str(family.name);
+            out.push_str(suffix);
             if !labels.is_empty() {
                 out.push('{');
                 for (i, (name, value)) in labels.iter().enumerate() {
@@ -350,13 +387,14 @@ mod tests {
 
     #[test]
     fn lifecycle_families_are_always_there() {
-        let desk = Desk::new(crate::board::Board::new().unwrap(), Vec::new());
-        desk.board.set_phase(Phase::Running);
+        let board = crate::board::Board::new().unwrap();
+        let desk = Desk::new(board.for_helper().unwrap(), Vec::new());
+        board.set_phase(Phase::Running);
         desk.set_check(AppCheck::Passing);
-        desk.board.signal_forwarded(TERM);
-        desk.board.signal_forwarded(TERM);
-        desk.board.signal_forwarded(Signal(libc::SIGHUP));
-        desk.board.zombie_reaped();
+        board.signal_forwarded(TERM);
+        board.signal_forwarded(TERM);
+        board.signal_forwarded(Signal(libc::SIGHUP));
+        board.zombie_reaped();
         let text = encode(&desk.snapshot());
         for line in [
             "# TYPE lifeguard_ready gauge",
@@ -386,7 +424,10 @@ mod tests {
 
     #[test]
     fn every_sampled_gauge_is_written_with_help_and_type() {
-        let desk = Desk::new(crate::board::Board::new().unwrap(), Vec::new());
+        let desk = Desk::new(
+            crate::board::Board::new().unwrap().for_helper().unwrap(),
+            Vec::new(),
+        );
         desk.set_sample(Sample {
             taken: Some(std::time::Instant::now()),
             cpu_usage_seconds: Some(12.5),
@@ -399,6 +440,14 @@ mod tests {
             memory_oom_kills: Some(0),
             requests_in_flight: Some(7),
             accept_queue_length: Some(3),
+            request_oldest_seconds: Some(1.75),
+            responses: Some({
+                let mut r = crate::helper::metrics::inflight::ResponseTimes::default();
+                for ms in [12, 200, 200, 2000] {
+                    r.record(std::time::Duration::from_millis(ms));
+                }
+                r
+            }),
             listen: ListenFigures {
                 backlog: Some(5),
                 oldest_queued_seconds: Some(2.5),
@@ -438,7 +487,22 @@ mod tests {
             ("lifeguard_app_open_fds", "gauge", "10012"),
             ("lifeguard_app_max_fds", "gauge", "1024"),
             ("lifeguard_app_resident_memory_bytes", "gauge", "52428800"),
+            ("lifeguard_request_oldest_seconds", "gauge", "1.75"),
+            ("lifeguard_response_seconds_count", "histogram", "4"),
+            ("lifeguard_response_seconds_sum", "histogram", "2.412"),
         ] {
+            let name = match kind {
+                "histogram" => {
+                    let family = name.trim_end_matches("_count").trim_end_matches("_sum");
+                    assert!(text.contains(&format!("# TYPE {family} histogram\n")));
+                    assert!(
+                        text.contains(&format!("\n{name} {value}\n")),
+                        "{name} {value}\n{text}"
+                    );
+                    continue;
+                }
+                _ => name,
+            };
             assert!(text.contains(&format!("# HELP {name} ")), "{name}\n{text}");
             assert!(text.contains(&format!("# TYPE {name} {kind}\n")), "{name}");
             assert!(
@@ -446,6 +510,28 @@ mod tests {
                 "{name} {value}\n{text}"
             );
         }
+    }
+
+    #[test]
+    fn a_histogram_has_cumulative_buckets_up_to_inf_then_sum_and_count() {
+        let points = histogram(&[0.5, 1.0], [1, 3, 4].into_iter(), 2.25);
+        let lines: Vec<String> = points
+            .iter()
+            .map(|(suffix, labels, v)| {
+                let labels: Vec<String> = labels.iter().map(|(k, v)| format!("{k}={v}")).collect();
+                format!("{suffix}{{{}}} {v}", labels.join(","))
+            })
+            .collect();
+        assert_eq!(
+            lines,
+            [
+                "_bucket{le=0.5} 1",
+                "_bucket{le=1} 3",
+                "_bucket{le=+Inf} 4",
+                "_sum{} 2.25",
+                "_count{} 4"
+            ]
+        );
     }
 
     #[test]

@@ -35,6 +35,10 @@ pub struct Sample {
     pub memory_oom_kills: Option<u64>,
     pub requests_in_flight: Option<u64>,
     pub accept_queue_length: Option<u64>,
+    /// The oldest request received and not yet answered: its age (0 when none waits).
+    pub request_oldest_seconds: Option<f64>,
+    /// The response times sampled since the sampler started.
+    pub responses: Option<super::inflight::ResponseTimes>,
     /// Whether anything listens on `--inflight-port` (None: no port, or no dump).
     pub inflight_port_listening: Option<bool>,
     /// The listener on `--inflight-port` and the network namespace's TCP counters.

@@ -250,6 +250,7 @@ mod tests {
                 last_data_recv_ms: 5,
                 last_data_sent_ms: sent_ms_ago,
             }),
+            ends: Default::default(),
         }
     }
 

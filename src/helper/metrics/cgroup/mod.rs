@@ -11,4 +11,4 @@ mod parse;
 mod read;
 mod resolve;
 
-pub(super) use read::{discover, Reading};
+pub(super) use read::{discover, Cgroup, Reading};

@@ -26,8 +26,27 @@ pub struct TcpInfoFields {
     pub last_data_sent_ms: u32,
 }
 
+/// Both ends of a socket, as its dump gives them (the remote one unspecified for a
+/// listener). IPv4-mapped IPv6 addresses (a `[::]` listener's IPv4 clients) are shown as
+/// IPv4, so that the two ends of one loopback connection read alike.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Ends {
+    pub local: std::net::SocketAddr,
+    pub remote: std::net::SocketAddr,
+}
+
+impl Default for Ends {
+    fn default() -> Ends {
+        let none = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
+        Ends {
+            local: none,
+            remote: none,
+        }
+    }
+}
+
 /// One socket of the dump, as much of it as the count needs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct SockRecord {
     /// `TCP_LISTEN`, `TCP_ESTABLISHED` or `TCP_CLOSE_WAIT` (the states asked for).
     pub state: u8,
@@ -43,6 +62,7 @@ pub struct SockRecord {
     pub info: Option<TcpInfoFields>,
     /// The socket's local port (the asked port's, unless the dump was the namespace's).
     pub local_port: u16,
+    pub ends: Ends,
 }
 
 /// The in-flight figure of one dump of the port's sockets.
@@ -87,7 +107,8 @@ pub struct Arrived {
 /// Compares a dump with the previous one (`seen`: each connection's cookie and bytes
 /// received, updated in place). The first dump (`seen` empty and `first`) is the
 /// baseline: nothing counts as arrived. A connection that opened and closed between two
-/// dumps is not here: the namespace's passive-open counter tells of it (metrics/mod.rs).
+/// dumps is not here: the namespace's passive-open counter tells of it
+/// (metrics/traffic.rs).
 pub fn arrivals(
     seen: &mut std::collections::HashMap<u64, u64>,
     first: bool,
@@ -155,6 +176,7 @@ mod tests {
             wqueue: 128,
             cookie: 1,
             info: None,
+            ends: Default::default(),
         }
     }
 
@@ -167,6 +189,7 @@ mod tests {
             wqueue: 0,
             cookie: 100 + u64::from(inode),
             info: Some(info),
+            ends: Default::default(),
         }
     }
 
@@ -337,6 +360,7 @@ mod tests {
                         wqueue: 0,
                         cookie: 9,
                         info: None,
+                        ends: Default::default(),
                     },
                     SockRecord {
                         local_port: 0,
@@ -346,6 +370,7 @@ mod tests {
                         wqueue: 0,
                         cookie: 10,
                         info: None,
+                        ends: Default::default(),
                     },
                 ],
                 InFlight {

@@ -16,7 +16,7 @@ use netlink_packet_sock_diag::inet::{
 };
 use netlink_packet_sock_diag::SockDiagMessage;
 
-use super::count::{SockRecord, TcpInfoFields};
+use super::count::{Ends, SockRecord, TcpInfoFields};
 
 /// Where a dump stands after one datagram of replies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,15 +128,23 @@ fn parse_socket(payload: &[u8], port: u16) -> io::Result<Option<SockRecord>> {
             info = parse_tcp_info(attribute.value());
         }
     }
+    let id = &header.socket_id;
     Ok(Some(SockRecord {
         state: header.state,
         inode: header.inode,
         rqueue: header.recv_queue,
         wqueue: header.send_queue,
         // Two host-order u32s in the kernel; only equality matters here.
-        cookie: u64::from_ne_bytes(header.socket_id.cookie),
+        cookie: u64::from_ne_bytes(id.cookie),
         info,
-        local_port: header.socket_id.source_port,
+        local_port: id.source_port,
+        ends: Ends {
+            local: std::net::SocketAddr::new(id.source_address.to_canonical(), id.source_port),
+            remote: std::net::SocketAddr::new(
+                id.destination_address.to_canonical(),
+                id.destination_port,
+            ),
+        },
     }))
 }
 
@@ -210,7 +218,39 @@ pub(super) fn dump_states() -> StateFlags {
 /// hash tables (262,144 established buckets here, shared by all namespaces unless
 /// `tcp_child_ehash_entries` is set, and every TIME_WAIT socket in them): once for the
 /// legacy request, once per family otherwise, so the legacy request halves it.
+/// What a request's kernel-side filter keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Filter<'a> {
+    /// Every socket.
+    None,
+    /// Sockets whose local port is this one.
+    Local(u16),
+    /// Sockets whose local or remote port is one of these (the other listeners').
+    Either(&'a [u16]),
+}
+
+impl Filter<'_> {
+    fn append(self, bytes: &mut Vec<u8>) {
+        match self {
+            Filter::None => {}
+            Filter::Local(port) => append_port_filter(bytes, port),
+            Filter::Either(ports) => append_ports_filter(bytes, ports),
+        }
+    }
+}
+
 pub(super) fn build_request(family: u8, port: u16, filter: bool) -> Vec<u8> {
+    build_request_filtered(
+        family,
+        if filter {
+            Filter::Local(port)
+        } else {
+            Filter::None
+        },
+    )
+}
+
+pub(super) fn build_request_filtered(family: u8, filter: Filter) -> Vec<u8> {
     let mut header = NetlinkHeader::default();
     header.flags = NLM_F_REQUEST | NLM_F_DUMP;
     let request = InetRequest {
@@ -228,9 +268,7 @@ pub(super) fn build_request(family: u8, port: u16, filter: bool) -> Vec<u8> {
     message.finalize();
     let mut bytes = vec![0; message.buffer_len()];
     message.serialize(&mut bytes);
-    if filter {
-        append_port_filter(&mut bytes, port);
-    }
+    filter.append(&mut bytes);
     bytes
 }
 
@@ -248,6 +286,14 @@ pub(super) fn build_request(family: u8, port: u16, filter: bool) -> Vec<u8> {
 /// `idiag_family` is left AF_UNSPEC (the kernel ignores it in a dump), as are the socket id
 /// (no address or port condition) and `idiag_dbs` (unused).
 pub(super) fn build_legacy_request(port: u16, filter: bool) -> Vec<u8> {
+    build_legacy_request_filtered(if filter {
+        Filter::Local(port)
+    } else {
+        Filter::None
+    })
+}
+
+pub(super) fn build_legacy_request_filtered(filter: Filter) -> Vec<u8> {
     let mut bytes = vec![0u8; NETLINK_HEADER_LEN + INET_DIAG_REQ_LEN];
     let body = &mut bytes[NETLINK_HEADER_LEN..];
     body[3] = ExtensionFlags::INFO.bits();
@@ -258,10 +304,59 @@ pub(super) fn build_legacy_request(port: u16, filter: bool) -> Vec<u8> {
     header.set_length(total);
     header.set_message_type(TCPDIAG_GETSOCK);
     header.set_flags(NLM_F_REQUEST | NLM_F_DUMP);
-    if filter {
-        append_port_filter(&mut bytes, port);
-    }
+    filter.append(&mut bytes);
     bytes
+}
+
+/// `INET_DIAG_BC_D_EQ`: the socket's remote port equals the operand (Linux 4.16).
+const INET_DIAG_BC_D_EQ: u8 = 12;
+/// `INET_DIAG_BC_JMP`: jump by the op's `no`, always.
+const INET_DIAG_BC_JMP: u8 = 1;
+
+/// The most ports one request's filter names (24 bytes of program each).
+pub(super) const FILTER_PORTS_MAX: usize = 256;
+
+/// Appends the `INET_DIAG_REQ_BYTECODE` attribute "the local or the remote port is one
+/// of `ports`" to a request, and fixes up the message length.
+///
+/// A comparison's `yes` is one byte in the kernel's `struct inet_diag_bc_op` (code,
+/// yes, no: 1, 1, 2 bytes), too short to reach the end of a long program, so each
+/// comparison (S_EQ or D_EQ with its operand op, 8 bytes) is followed by a JMP (4
+/// bytes) whose two-byte `no` reaches the end (accept): a match steps onto the JMP
+/// (`yes` 8), a miss over it onto the next comparison (`no` 12), and the last miss past
+/// the end (`no` 16: reject). Every op lies on the chain of `yes` jumps from the start,
+/// as the kernel's audit (`inet_diag_bc_audit`, `valid_cc`) requires of jump targets.
+pub(super) fn append_ports_filter(bytes: &mut Vec<u8>, ports: &[u16]) {
+    let tests: Vec<(u8, u16)> = ports
+        .iter()
+        .flat_map(|&p| [(INET_DIAG_BC_S_EQ, p), (INET_DIAG_BC_D_EQ, p)])
+        .collect();
+    let len = tests.len() * 12;
+    let mut program = Vec::with_capacity(len);
+    for (i, (code, port)) in tests.iter().enumerate() {
+        let last = i + 1 == tests.len();
+        let mut compare = [*code, 8, 0, 0, 0, 0, 0, 0];
+        compare[2..4].copy_from_slice(&(if last { 16u16 } else { 12 }).to_ne_bytes());
+        compare[6..8].copy_from_slice(&port.to_ne_bytes());
+        program.extend_from_slice(&compare);
+        // The JMP, 8 bytes into this comparison's 12: to the end.
+        let to_end = (len - (i * 12 + 8)) as u16;
+        let mut jump = [INET_DIAG_BC_JMP, 4, 0, 0];
+        jump[2..4].copy_from_slice(&to_end.to_ne_bytes());
+        program.extend_from_slice(&jump);
+    }
+    append_bytecode(bytes, &program);
+}
+
+/// Appends `program` as the request's `INET_DIAG_REQ_BYTECODE` attribute, and sets the
+/// message's length to its new end.
+fn append_bytecode(bytes: &mut Vec<u8>, program: &[u8]) {
+    let attribute_len = 4 + program.len() as u16;
+    bytes.extend_from_slice(&attribute_len.to_ne_bytes());
+    bytes.extend_from_slice(&INET_DIAG_REQ_BYTECODE.to_ne_bytes());
+    bytes.extend_from_slice(program);
+    let total = bytes.len() as u32;
+    NetlinkBuffer::new(&mut bytes[..]).set_length(total);
 }
 
 /// `sizeof(struct nlmsghdr)`.
@@ -276,12 +371,7 @@ fn append_port_filter(bytes: &mut Vec<u8>, port: u16) {
         op[6..8].copy_from_slice(&port.to_ne_bytes());
         op
     };
-    let attribute_len = 4 + program.len() as u16;
-    bytes.extend_from_slice(&attribute_len.to_ne_bytes());
-    bytes.extend_from_slice(&INET_DIAG_REQ_BYTECODE.to_ne_bytes());
-    bytes.extend_from_slice(&program);
-    let total = bytes.len() as u32;
-    NetlinkBuffer::new(&mut bytes[..]).set_length(total);
+    append_bytecode(bytes, &program);
 }
 
 #[cfg(test)]

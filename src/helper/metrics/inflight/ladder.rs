@@ -7,7 +7,10 @@ use std::io;
 use netlink_packet_sock_diag::constants::{AF_INET, AF_INET6};
 use netlink_packet_sock_diag::inet::StateFlags;
 
-use super::diag::{build_legacy_request, build_request, NETLINK_HEADER_LEN};
+use super::diag::{
+    build_legacy_request, build_legacy_request_filtered, build_request, build_request_filtered,
+    Filter, FILTER_PORTS_MAX, NETLINK_HEADER_LEN,
+};
 
 /// How the reader asks for the sockets of both families.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,6 +45,24 @@ impl Ask {
             request[at..at + 4].copy_from_slice(&StateFlags::LISTEN.bits().to_ne_bytes());
         }
         requests
+    }
+
+    /// The requests for the sockets whose local or remote port is one of `ports` (the
+    /// namespace's other listeners' connections, both ends of those on loopback):
+    /// None where this way has no kernel-side filter, or for more ports than one
+    /// filter names (the caller then reads the whole table, or does without).
+    pub(super) fn build_for_ports(self, ports: &[u16]) -> Option<Vec<Vec<u8>>> {
+        if !self.filter || ports.is_empty() || ports.len() > FILTER_PORTS_MAX {
+            return None;
+        }
+        let filter = Filter::Either(ports);
+        Some(match self.request {
+            Request::Legacy => vec![build_legacy_request_filtered(filter)],
+            Request::PerFamily => vec![
+                build_request_filtered(AF_INET, filter),
+                build_request_filtered(AF_INET6, filter),
+            ],
+        })
     }
 
     pub(super) fn build(self, port: u16) -> Vec<Vec<u8>> {

@@ -18,6 +18,9 @@ pub const GRACE: Duration = Duration::from_secs(10);
 pub enum Miss {
     /// The app has been ready this long and nothing listens on the port.
     WhileRunning(Duration),
+    /// The app started this long ago and has not been ready since: nothing listens on
+    /// the port, and with `--inflight-port` alone that is what ready waits for.
+    WhileStarting(Duration),
     /// A drain began and the port was never seen listening: the drain's hold has
     /// nothing to look at.
     AtDrain,
@@ -33,11 +36,13 @@ pub struct PortWatch {
 
 impl PortWatch {
     /// One sample: `listening` as its dump found it (None: the dump failed, no news);
-    /// `ready` whether the app is ready (Running), `draining` whether a drain began.
+    /// `ready` whether the app is ready (Running), `starting` whether it has started and
+    /// is not ready yet, `draining` whether a drain began.
     pub fn next(
         &mut self,
         listening: Option<bool>,
         ready: bool,
+        starting: bool,
         draining: bool,
         now: Instant,
     ) -> Option<Miss> {
@@ -52,15 +57,77 @@ impl PortWatch {
             Some(false) if draining => (!self.seen
                 && !std::mem::replace(&mut self.told_draining, true))
             .then_some(Miss::AtDrain),
-            Some(false) if ready => {
+            Some(false) if ready || starting => {
                 let since = *self.missing_since.get_or_insert(now);
                 let missing = now.saturating_duration_since(since);
+                let kind = if ready {
+                    Miss::WhileRunning(missing)
+                } else {
+                    Miss::WhileStarting(missing)
+                };
                 (missing >= GRACE && !std::mem::replace(&mut self.told_running, true))
-                    .then_some(Miss::WhileRunning(missing))
+                    .then_some(kind)
             }
             Some(false) | None => None,
         }
     }
+}
+
+/// Whether something listens on a TCP port in this network namespace, IPv4 or IPv6:
+/// the implied app check of `--inflight-port` alone (ready means the app's port
+/// listens). A dump of the port's listeners over sock_diag (the kernel filters by port:
+/// the cost does not grow with the namespace's connections); where sock_diag cannot be
+/// had (an emulator, a kernel without it), the listeners of `/proc/net/tcp` and `tcp6`.
+pub struct PortListens {
+    port: u16,
+    /// Opened at first use, and again after a failure.
+    reader: Option<super::reader::InFlightReader>,
+}
+
+impl PortListens {
+    pub fn new(port: u16) -> PortListens {
+        PortListens { port, reader: None }
+    }
+
+    pub fn now(&mut self) -> Result<bool, String> {
+        if self.reader.is_none() {
+            self.reader = super::reader::InFlightReader::new(self.port).ok();
+        }
+        if let Some(open) = &mut self.reader {
+            if let Ok(listeners) = open.sample_listeners() {
+                return Ok(!listeners.is_empty());
+            }
+            self.reader = None;
+        }
+        let mut read_any = false;
+        for table in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            if let Ok(text) = std::fs::read_to_string(table) {
+                read_any = true;
+                if proc_net_listens(&text, self.port) {
+                    return Ok(true);
+                }
+            }
+        }
+        if read_any {
+            Ok(false)
+        } else {
+            Err("neither sock_diag nor /proc/net/tcp can be read".into())
+        }
+    }
+}
+
+/// Whether a `/proc/net/tcp` (or `tcp6`) text has a listener (state 0A) on `port`.
+fn proc_net_listens(text: &str, port: u16) -> bool {
+    text.lines().skip(1).any(|line| {
+        let mut fields = line.split_whitespace();
+        let local = fields.nth(1);
+        let state = fields.nth(1);
+        state == Some("0A")
+            && local
+                .and_then(|l| l.rsplit_once(':'))
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok())
+                == Some(port)
+    })
 }
 
 /// The most TCP sockets a network namespace may hold for the drain to read its whole
@@ -99,6 +166,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn a_listener_is_found_in_proc_net_tcp_by_port_and_state() {
+        // Recorded on this machine: a listener on 8080 (0x1F90), a connection from
+        // 8081 (0x1F91), and a listener on [::]:9595 (0x257B) in tcp6's form.
+        let tcp = "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 0100007F:1F90 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 41 1 0 100 0 0 10 0\n   1: 0100007F:1F91 0100007F:9C4A 01 00000000:00000000 00:00000000 00000000     0        0 42 1 0 20 4 30 10 -1\n";
+        let tcp6 = "  sl  local_address                         remote_address                        st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n   0: 00000000000000000000000000000000:257B 00000000000000000000000000000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 43 1 0 100 0 0 10 0\n";
+        assert!(proc_net_listens(tcp, 8080));
+        assert!(!proc_net_listens(tcp, 8081), "a connection is no listener");
+        assert!(proc_net_listens(tcp6, 9595));
+        assert!(!proc_net_listens(tcp6, 8080));
+    }
+
+    #[test]
     fn the_namespace_size_comes_from_sockstat() {
         let v4 = "sockets: used 27\nTCP: inuse 3 orphan 0 tw 9 alloc 3 mem 0\nUDP: inuse 0 mem 0\n";
         assert_eq!(tcp_sockets(v4), Some(12));
@@ -111,23 +190,41 @@ mod tests {
         let t0 = Instant::now();
         let s = |n: u64| t0 + Duration::from_secs(n);
         let mut w = PortWatch::default();
-        // Starting: not yet the app's fault.
-        assert_eq!(w.next(Some(false), false, false, s(0)), None);
+        // Before the app started (no phase yet): not the app's fault.
+        assert_eq!(w.next(Some(false), false, false, false, s(0)), None);
         // Ready, nothing listens: said once the grace has passed, once.
-        assert_eq!(w.next(Some(false), true, false, s(1)), None);
+        assert_eq!(w.next(Some(false), true, false, false, s(1)), None);
         assert_eq!(
-            w.next(None, true, false, s(5)),
+            w.next(None, true, false, false, s(5)),
             None,
             "a failed dump is no news"
         );
         assert_eq!(
-            w.next(Some(false), true, false, s(11)),
+            w.next(Some(false), true, false, false, s(11)),
             Some(Miss::WhileRunning(GRACE))
         );
-        assert_eq!(w.next(Some(false), true, false, s(12)), None);
+        assert_eq!(w.next(Some(false), true, false, false, s(12)), None);
         // The drain begins with the port never seen: said again, once.
-        assert_eq!(w.next(Some(false), false, true, s(20)), Some(Miss::AtDrain));
-        assert_eq!(w.next(Some(false), false, true, s(21)), None);
+        assert_eq!(
+            w.next(Some(false), false, false, true, s(20)),
+            Some(Miss::AtDrain)
+        );
+        assert_eq!(w.next(Some(false), false, false, true, s(21)), None);
+    }
+
+    #[test]
+    fn an_app_that_never_listens_is_said_while_it_starts() {
+        // --inflight-port alone: ready waits for the port, so a wrong one keeps the app
+        // starting for ever; said once the grace has passed.
+        let t0 = Instant::now();
+        let s = |n: u64| t0 + Duration::from_secs(n);
+        let mut w = PortWatch::default();
+        assert_eq!(w.next(Some(false), false, true, false, s(0)), None);
+        assert_eq!(
+            w.next(Some(false), false, true, false, s(10)),
+            Some(Miss::WhileStarting(GRACE))
+        );
+        assert_eq!(w.next(Some(false), false, true, false, s(11)), None);
     }
 
     #[test]
@@ -135,15 +232,15 @@ mod tests {
         let t0 = Instant::now();
         let s = |n: u64| t0 + Duration::from_secs(n);
         let mut w = PortWatch::default();
-        assert_eq!(w.next(Some(false), true, false, s(0)), None);
-        assert_eq!(w.next(Some(true), true, false, s(9)), None);
-        assert_eq!(w.next(Some(false), true, false, s(10)), None);
+        assert_eq!(w.next(Some(false), true, false, false, s(0)), None);
+        assert_eq!(w.next(Some(true), true, false, false, s(9)), None);
+        assert_eq!(w.next(Some(false), true, false, false, s(10)), None);
         assert_eq!(
-            w.next(Some(false), true, false, s(19)),
+            w.next(Some(false), true, false, false, s(19)),
             None,
             "the clock restarted"
         );
         // The app closes its port on SIGTERM, as it may: not said at the drain.
-        assert_eq!(w.next(Some(false), false, true, s(30)), None);
+        assert_eq!(w.next(Some(false), false, false, true, s(30)), None);
     }
 }

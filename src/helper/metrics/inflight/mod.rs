@@ -3,6 +3,7 @@
 //! outstanding.
 //!
 //! - `count`: the counting rule and what arrived between two dumps, pure
+//! - `age`: the oldest request waiting and the response times answered, pure
 //! - `diag`: the wire format: request bytes, the reply parser, `tcp_info` offsets
 //! - `ladder`: the ways of asking, cheapest first, and the fallback between them
 //! - `reader`: `InFlightReader`, the socket I/O of one sample
@@ -14,16 +15,20 @@
 //! bench/sock_diag_ways.rs builds them as they are to time each way of asking.
 #![forbid(unsafe_code)]
 
+mod age;
 mod count;
 mod diag;
 mod ladder;
-pub(super) mod listening;
+pub mod listening;
 mod quiet;
 mod reader;
 mod source;
 #[cfg(test)]
 pub(super) mod testing;
 
+pub(super) use age::{Ages, ResponseTimes, RESPONSE_BUCKETS};
+#[cfg(test)]
+pub(super) use count::Ends;
 #[cfg(test)]
 pub(super) use count::TcpInfoFields;
 pub(super) use count::{arrivals, InFlight, SockRecord};

@@ -99,6 +99,7 @@ mod tests {
             wqueue: 0,
             cookie,
             info: None,
+            ends: Default::default(),
         }
     }
 

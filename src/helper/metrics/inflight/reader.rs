@@ -33,47 +33,70 @@ pub(super) struct InFlightReader {
     socket: Option<Socket>,
     /// The way of asking in use, `ways[0]`, and those left to fall back on.
     ways: &'static [Ask],
-    /// The requests of `ways[0]`, built once; only the sequence number changes. One
-    /// legacy request, or the AF_INET and AF_INET6 ones.
-    requests: Vec<Vec<u8>>,
-    /// The same, for the listeners alone.
-    listen_requests: Vec<Vec<u8>>,
-    /// The same without the port filter: every socket of the network namespace.
-    namespace_requests: Vec<Vec<u8>>,
-    /// Every listener of the network namespace, whatever its port.
-    all_listen_requests: Vec<Vec<u8>>,
+    /// The requests of `ways[0]` for each kind of dump, built once (only the sequence
+    /// number changes).
+    requests: Requests,
     seq: u32,
     buf: Vec<u8>,
+    /// The sockets of the last dump of each kind: the port's (`Dump::Port`), its
+    /// listeners', and the namespace's (a whole-table dump, every listener, or the
+    /// other listeners' connections).
     records: Vec<SockRecord>,
     listeners: Vec<SockRecord>,
     namespace: Vec<SockRecord>,
 }
 
 /// Which dump a request makes.
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Dump {
+    /// The port's sockets (the sample).
     Port,
+    /// The port's listeners alone.
     Listeners,
+    /// Every socket of the network namespace.
     Namespace,
+    /// Every listener of the network namespace.
     AllListeners,
+    /// The sockets whose local or remote port is one of the other listeners'.
+    Others,
 }
 
-/// The requests of `ask` without the port filter.
-fn unfiltered(ask: Ask, port: u16) -> Vec<Vec<u8>> {
-    Ask {
-        filter: false,
-        ..ask
-    }
-    .build(port)
+/// The requests of one way of asking, for every kind of dump: one legacy request, or
+/// the AF_INET and AF_INET6 ones, each.
+struct Requests {
+    port: Vec<Vec<u8>>,
+    listeners: Vec<Vec<u8>>,
+    namespace: Vec<Vec<u8>>,
+    all_listeners: Vec<Vec<u8>>,
+    /// For the last set of other listeners asked about; None where the way has no
+    /// kernel-side filter.
+    others: Option<(Vec<u16>, Vec<Vec<u8>>)>,
 }
 
-/// The requests of `ask` for every listener, without the port filter.
-fn all_listeners(ask: Ask, port: u16) -> Vec<Vec<u8>> {
-    Ask {
-        filter: false,
-        ..ask
+impl Requests {
+    fn new(ask: Ask, port: u16) -> Requests {
+        let unfiltered = Ask {
+            filter: false,
+            ..ask
+        };
+        Requests {
+            port: ask.build(port),
+            listeners: ask.build_listeners_only(port),
+            namespace: unfiltered.build(port),
+            all_listeners: unfiltered.build_listeners_only(port),
+            others: None,
+        }
     }
-    .build_listeners_only(port)
+
+    fn of(&mut self, what: Dump) -> &mut [Vec<u8>] {
+        match what {
+            Dump::Port => &mut self.port,
+            Dump::Listeners => &mut self.listeners,
+            Dump::Namespace => &mut self.namespace,
+            Dump::AllListeners => &mut self.all_listeners,
+            Dump::Others => self.others.as_mut().map_or(&mut [], |(_, r)| r),
+        }
+    }
 }
 
 impl InFlightReader {
@@ -86,10 +109,7 @@ impl InFlightReader {
             port,
             socket: Some(open_socket()?),
             ways,
-            requests: ways[0].build(port),
-            listen_requests: ways[0].build_listeners_only(port),
-            namespace_requests: unfiltered(ways[0], port),
-            all_listen_requests: all_listeners(ways[0], port),
+            requests: Requests::new(ways[0], port),
             seq: 0,
             buf: vec![0; RECV_BUFFER],
             records: Vec::new(),
@@ -102,26 +122,17 @@ impl InFlightReader {
     /// listener takes IPv4 clients as v4-mapped IPv6 sockets, so both are needed), in one
     /// legacy request or, on a kernel that refuses it, one request per family.
     pub(super) fn sample(&mut self) -> io::Result<InFlight> {
-        let deadline = Instant::now() + SAMPLE_DEADLINE;
         let result = loop {
-            self.records.clear();
-            match self.dump_all(deadline) {
+            match self.run(Dump::Port) {
                 // Refused before any dump began, so the socket is clean to ask again on.
                 Err(err) if is_refusal(&err) && self.ways.len() > 1 => {
                     self.ways = &self.ways[1..];
-                    self.requests = self.ways[0].build(self.port);
-                    self.listen_requests = self.ways[0].build_listeners_only(self.port);
-                    self.namespace_requests = unfiltered(self.ways[0], self.port);
-                    self.all_listen_requests = all_listeners(self.ways[0], self.port);
+                    self.requests = Requests::new(self.ways[0], self.port);
                 }
                 other => break other,
             }
         };
-        if let Err(err) = result {
-            self.socket = None;
-            return Err(err);
-        }
-        Ok(count(&self.records))
+        result.map(|()| count(&self.records))
     }
 
     /// The sockets of the last sample's dump.
@@ -130,32 +141,52 @@ impl InFlightReader {
     }
 
     /// The port's listeners alone, in the way of asking in use; `records()` keeps the
-    /// last full sample's sockets. A failure costs the socket, as in `sample`.
+    /// last full sample's sockets.
     pub(super) fn sample_listeners(&mut self) -> io::Result<&[SockRecord]> {
-        let deadline = Instant::now() + SAMPLE_DEADLINE;
-        self.listeners.clear();
-        if let Err(err) = self.dump_each(true, deadline) {
-            self.socket = None;
-            return Err(err);
-        }
+        self.run(Dump::Listeners)?;
         Ok(&self.listeners)
     }
 
     /// Every TCP socket of the network namespace, in the states the port's dump asks
     /// for, the app's port's included: what the drain's quiet rule reads to tell other
-    /// listeners' connections from the port's. A failure costs the socket, as in `sample`.
+    /// listeners' connections from the port's, where the kernel cannot filter them.
     pub(super) fn sample_namespace(&mut self) -> io::Result<&[SockRecord]> {
-        self.dump_namespace(Dump::Namespace)?;
+        self.run(Dump::Namespace)?;
         Ok(&self.namespace)
+    }
+
+    /// The TCP sockets whose local or remote port is one of `ports` (the namespace's
+    /// other listeners): their connections, both ends of those on loopback, filtered
+    /// by the kernel, so the cost is its walk of the table and not a copy of every
+    /// socket. None where the way in use has no kernel-side filter, or for more ports
+    /// than one filter names (the caller then reads the whole table, or does without).
+    pub(super) fn sample_others(&mut self, ports: &[u16]) -> Option<io::Result<&[SockRecord]>> {
+        if self
+            .requests
+            .others
+            .as_ref()
+            .is_none_or(|(asked, _)| asked != ports)
+        {
+            let built = self.ways[0].build_for_ports(ports);
+            self.requests.others = built.map(|requests| (ports.to_vec(), requests));
+        }
+        self.requests.others.as_ref()?;
+        Some(self.run(Dump::Others).map(|()| &self.namespace[..]))
+    }
+
+    /// The sockets of the last dump of the namespace (whole, its listeners, or the
+    /// other listeners' connections).
+    pub(super) fn namespace_records(&self) -> &[SockRecord] {
+        &self.namespace
     }
 
     /// The ports every listener of the network namespace listens on, sorted, once each:
     /// who else listens beside the app. A dump of the listening sockets alone walks the
     /// kernel's listening hash only, where reading /proc/net/tcp and tcp6 walks the
     /// established table twice over (about 10 ms a read on a busy host, against a few
-    /// hundred µs). A failure costs the socket, as in `sample`.
+    /// hundred µs).
     pub(super) fn listening_ports(&mut self) -> io::Result<Vec<u16>> {
-        self.dump_namespace(Dump::AllListeners)?;
+        self.run(Dump::AllListeners)?;
         let mut ports: Vec<u16> = self
             .namespace
             .iter()
@@ -167,79 +198,72 @@ impl InFlightReader {
         Ok(ports)
     }
 
-    /// A dump of the whole namespace (`Dump::Namespace` or `Dump::AllListeners`) into
-    /// `namespace`, every request of it within one sample's deadline. A failure costs
-    /// the socket, as in `sample`.
-    fn dump_namespace(&mut self, what: Dump) -> io::Result<()> {
+    /// One dump of `what`: each of its requests in turn, every reply read, within one
+    /// sample's deadline, into that kind's records. A failure costs the socket: a dump
+    /// left half-read would stall the next one, so a new socket is opened for it.
+    fn run(&mut self, what: Dump) -> io::Result<()> {
         let deadline = Instant::now() + SAMPLE_DEADLINE;
-        self.namespace.clear();
+        let (out, port) = match what {
+            Dump::Port => (&mut self.records, self.port),
+            Dump::Listeners => (&mut self.listeners, self.port),
+            // Port 0: every port.
+            Dump::Namespace | Dump::AllListeners | Dump::Others => (&mut self.namespace, 0),
+        };
+        out.clear();
         if self.socket.is_none() {
             self.socket = Some(open_socket()?);
         }
-        let requests = match what {
-            Dump::AllListeners => self.all_listen_requests.len(),
-            _ => self.namespace_requests.len(),
-        };
-        for index in 0..requests {
-            if let Err(err) = self.dump(index, what, deadline) {
-                self.socket = None;
-                return Err(err);
+        let socket = self.socket.as_ref().expect("opened above");
+        let mut result = Ok(());
+        for request in self.requests.of(what) {
+            self.seq = self.seq.wrapping_add(1);
+            result = dump_one(
+                socket,
+                request,
+                self.seq,
+                &mut self.buf,
+                port,
+                out,
+                deadline,
+            );
+            if result.is_err() {
+                break;
             }
         }
-        Ok(())
-    }
-
-    fn dump_all(&mut self, deadline: Instant) -> io::Result<()> {
-        self.dump_each(false, deadline)
-    }
-
-    fn dump_each(&mut self, listeners_only: bool, deadline: Instant) -> io::Result<()> {
-        if self.socket.is_none() {
-            self.socket = Some(open_socket()?);
+        if result.is_err() {
+            self.socket = None;
         }
-        let what = if listeners_only {
-            Dump::Listeners
-        } else {
-            Dump::Port
-        };
-        for index in 0..self.requests.len() {
-            self.dump(index, what, deadline)?;
-        }
-        Ok(())
+        result
     }
+}
 
-    fn dump(&mut self, index: usize, what: Dump, deadline: Instant) -> io::Result<()> {
-        let socket = self.socket.as_ref().expect("opened by dump_all");
-        self.seq = self.seq.wrapping_add(1);
-        let request = match what {
-            Dump::Listeners => &mut self.listen_requests[index],
-            Dump::Port => &mut self.requests[index],
-            Dump::Namespace => &mut self.namespace_requests[index],
-            Dump::AllListeners => &mut self.all_listen_requests[index],
-        };
-        NetlinkBuffer::new(&mut request[..]).set_sequence_number(self.seq);
-        socket.send(request, 0)?;
-        loop {
-            if Instant::now() > deadline {
-                return Err(io::Error::new(
-                    io::ErrorKind::TimedOut,
-                    "sock_diag dump took too long",
-                ));
-            }
-            // MSG_TRUNC: the datagram's real length, to tell a truncated one.
-            let len = socket.recv(&mut &mut self.buf[..], libc::MSG_TRUNC)?;
-            if len > self.buf.len() {
-                return Err(malformed(format!("datagram of {len} bytes truncated")));
-            }
-            let (out, port) = match what {
-                Dump::Listeners => (&mut self.listeners, self.port),
-                Dump::Port => (&mut self.records, self.port),
-                // Port 0: every port.
-                Dump::Namespace | Dump::AllListeners => (&mut self.namespace, 0),
-            };
-            if parse_reply(&self.buf[..len], port, self.seq, out)? == Progress::Done {
-                return Ok(());
-            }
+/// Sends one dump request on `socket` and reads its replies (`seq`) until the kernel
+/// says done, the records on `port` (0: every port) into `out`.
+fn dump_one(
+    socket: &Socket,
+    request: &mut [u8],
+    seq: u32,
+    buf: &mut [u8],
+    port: u16,
+    out: &mut Vec<SockRecord>,
+    deadline: Instant,
+) -> io::Result<()> {
+    NetlinkBuffer::new(&mut request[..]).set_sequence_number(seq);
+    socket.send(request, 0)?;
+    loop {
+        if Instant::now() > deadline {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                "sock_diag dump took too long",
+            ));
+        }
+        // MSG_TRUNC: the datagram's real length, to tell a truncated one.
+        let len = socket.recv(&mut &mut buf[..], libc::MSG_TRUNC)?;
+        if len > buf.len() {
+            return Err(malformed(format!("datagram of {len} bytes truncated")));
+        }
+        if parse_reply(&buf[..len], port, seq, out)? == Progress::Done {
+            return Ok(());
         }
     }
 }
@@ -264,7 +288,9 @@ mod tests {
     use super::super::ladder::Request;
     use super::super::testing::{queued, serving, ANSWER, REQUEST};
     use super::*;
-    use netlink_packet_sock_diag::constants::{TCP_CLOSE_WAIT, TCP_ESTABLISHED, TCP_LISTEN};
+    use netlink_packet_sock_diag::constants::{
+        TCP_CLOSE_WAIT, TCP_ESTABLISHED, TCP_LISTEN, TCP_TIME_WAIT,
+    };
 
     #[test]
     fn listeners_alone_in_every_way_of_asking() {
@@ -327,6 +353,72 @@ mod tests {
             assert!(ports.windows(2).all(|w| w[0] < w[1]), "{ask:?}: {ports:?}");
         }
         drop((own, v6, v4_too, client, server));
+    }
+
+    #[test]
+    fn the_other_listeners_connections_from_either_end_filtered_by_the_kernel() {
+        // A sidecar's listener with a connection closed by its client (the client's end
+        // in TIME_WAIT, the sidecar's gone) and one open; an unrelated listener with a
+        // connection too. The filtered dump has the sidecar's, from both ends, and
+        // nothing of the other.
+        let sidecar = TcpListener::bind("127.0.0.1:0").unwrap();
+        let sidecar_port = sidecar.local_addr().unwrap().port();
+        let other = TcpListener::bind("127.0.0.1:0").unwrap();
+        let other_port = other.local_addr().unwrap().port();
+        let closed = TcpStream::connect(("127.0.0.1", sidecar_port)).unwrap();
+        let (served, _) = sidecar.accept().unwrap();
+        let client_port = closed.local_addr().unwrap().port();
+        drop(closed); // the client first: its end keeps TIME_WAIT
+        let mut end = [0u8; 1];
+        let _ = (&served).read(&mut end);
+        drop(served);
+        let open = TcpStream::connect(("127.0.0.1", sidecar_port)).unwrap();
+        let (open_served, _) = sidecar.accept().unwrap();
+        let unrelated = TcpStream::connect(("127.0.0.1", other_port)).unwrap();
+        let (unrelated_served, _) = other.accept().unwrap();
+        for ask in LADDER.iter().filter(|a| a.filter) {
+            let mut reader = InFlightReader::with_ways(0, only(ask.request, true)).unwrap();
+            let found = eventually_others(&mut reader, sidecar_port, |found| {
+                found
+                    .iter()
+                    .any(|r| r.state == TCP_TIME_WAIT && r.ends.local.port() == client_port)
+            });
+            assert!(
+                found
+                    .iter()
+                    .all(|r| r.local_port == sidecar_port || r.ends.remote.port() == sidecar_port),
+                "{ask:?}: {found:#?}"
+            );
+            assert!(
+                !found
+                    .iter()
+                    .any(|r| r.local_port == other_port || r.ends.remote.port() == other_port),
+                "{ask:?}: the unrelated listener's connection: {found:#?}"
+            );
+            // The open one from both ends, and the listener itself.
+            let open_ends = found.iter().filter(|r| r.state == TCP_ESTABLISHED).count();
+            assert_eq!(open_ends, 2, "{ask:?}: {found:#?}");
+        }
+        // Unfiltered ways cannot ask this: the caller reads the whole table, or not.
+        let mut unfiltered = InFlightReader::with_ways(0, only(Request::Legacy, false)).unwrap();
+        assert!(unfiltered.sample_others(&[sidecar_port]).is_none());
+        drop((open, open_served, unrelated, unrelated_served));
+    }
+
+    /// Dumps the other listeners' connections until `done` says so, or 5 s pass.
+    fn eventually_others(
+        reader: &mut InFlightReader,
+        port: u16,
+        done: impl Fn(&[SockRecord]) -> bool,
+    ) -> Vec<SockRecord> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let found = reader.sample_others(&[port]).unwrap().unwrap().to_vec();
+            if done(&found) || Instant::now() > deadline {
+                return found;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
     }
 
     /// A reader that asks one way only, without fallback.
@@ -682,7 +774,7 @@ mod tests {
     /// kernel without the request would answer it (EINVAL from sock_diag).
     fn refused_from(port: u16, ways: &'static [Ask]) -> InFlightReader {
         let mut reader = InFlightReader::with_ways(port, ways).unwrap();
-        for request in reader.requests.iter_mut() {
+        for request in reader.requests.of(Dump::Port) {
             NetlinkBuffer::new(&mut request[..]).set_message_type(0x7f);
         }
         reader

@@ -5,6 +5,7 @@
 
 use super::super::netstat;
 use super::count::{InFlight, SockRecord};
+use super::listening;
 use super::quiet;
 use super::reader::InFlightReader;
 use crate::logging;
@@ -37,10 +38,24 @@ impl InFlightSource {
         self.skipped
     }
 
-    /// Every socket of the network namespace now (the drain's attribution of its
-    /// accepts); None when it cannot be read.
-    pub fn namespace(&mut self) -> Option<&[SockRecord]> {
-        self.reader.as_mut()?.sample_namespace().ok()
+    /// The connections of the network namespace's other listeners (`ports`) now, for
+    /// the drain's attribution of its accepts: filtered by the kernel, whatever the
+    /// namespace's size; where the kernel cannot filter them, the whole table, and only
+    /// in a namespace as small as a pod's or a task's (`ATTRIBUTION_MAX`: a host's table
+    /// read every 100 ms would cost more than the app). None when neither can be had,
+    /// or read.
+    pub fn others(&mut self, ports: &[u16]) -> Option<&[SockRecord]> {
+        let reader = self.reader.as_mut()?;
+        match reader.sample_others(ports).map(|dumped| dumped.is_ok()) {
+            Some(true) => Some(reader.namespace_records()),
+            Some(false) => None,
+            None if listening::tcp_sockets_here()
+                .is_some_and(|n| n <= listening::ATTRIBUTION_MAX) =>
+            {
+                reader.sample_namespace().ok()
+            }
+            None => None,
+        }
     }
 
     /// The ports every listener of the network namespace listens on; None when they

@@ -28,6 +28,7 @@ pub(in crate::helper::metrics) fn listener(cookie: u64, queued: u32, backlog: u3
         wqueue: backlog,
         cookie,
         info: None,
+        ends: Default::default(),
     }
 }
 

@@ -1,0 +1,261 @@
+//! The ready port (`--ready-port`): a TCP listener that exists exactly while `/readyz`
+//! would answer 200, so that a TCP probe, which the kernel answers alone, holds while
+//! the app saturates its CPU quota. Absent before the app is ready and after it exits,
+//! following the app check both ways, refused within 100 ms of a SIGTERM, the probes'
+//! connections taken off its queue (ten thousand of them), and left as it was by a
+//! helper process that is killed or stopped.
+mod common;
+
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// A probe as Kubernetes' `tcpSocket` makes one: connect, then close.
+fn probe(port: u16) -> bool {
+    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    TcpStream::connect_timeout(&addr, Duration::from_secs(3)).is_ok()
+}
+
+fn wait_open(port: u16) {
+    wait_until(&format!("the ready port {port} to listen"), || {
+        probe(port).then_some(())
+    });
+}
+
+fn wait_refused(port: u16) {
+    wait_until(&format!("the ready port {port} to refuse"), || {
+        (!probe(port)).then_some(())
+    });
+}
+
+/// The accept queue of the listener on `port` (loopback or any address), from the
+/// calling thread's network namespace's tcp and tcp6 tables: None while nothing listens
+/// there.
+fn accept_queue(port: u16) -> Option<u64> {
+    let mut found = None;
+    for table in ["/proc/thread-self/net/tcp", "/proc/thread-self/net/tcp6"] {
+        let text = std::fs::read_to_string(table).unwrap_or_default();
+        for line in text.lines().skip(1) {
+            let f: Vec<&str> = line.split_whitespace().collect();
+            let (Some(local), Some(state), Some(queues)) = (f.get(1), f.get(3), f.get(4)) else {
+                continue;
+            };
+            let local_port = local
+                .rsplit_once(':')
+                .and_then(|(_, p)| u16::from_str_radix(p, 16).ok());
+            if local_port == Some(port) && *state == "0A" {
+                let rx = queues
+                    .split_once(':')
+                    .and_then(|(_, rx)| u64::from_str_radix(rx, 16).ok())
+                    .unwrap_or(0);
+                *found.get_or_insert(0) += rx;
+            }
+        }
+    }
+    found
+}
+
+/// The helper process (`lifeguard-helper`, a child of lifeguard beside the app).
+fn helper_of(run: &Run) -> i32 {
+    wait_until("the helper process to start", || {
+        children(run.pid).into_iter().find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|comm| comm.trim() == "lifeguard-helpe")
+        })
+    })
+}
+
+/// lifeguard as PID 1 with `--ready-port` (and the endpoint off unless `flags` say),
+/// ready once a TCP connect to `check_port` succeeds.
+fn start_checked(flags: &[&str], check_port: u16, app_args: &[&str]) -> (Run, u16) {
+    let ready = free_port();
+    let ready_text = ready.to_string();
+    let check = format!("127.0.0.1:{check_port}");
+    let mut all = vec![
+        "-v",
+        "--ready-port",
+        &ready_text,
+        "--listen",
+        "127.0.0.1:0",
+        "--ready-tcp",
+        &check,
+        "--ready-interval",
+        "100ms",
+    ];
+    all.extend_from_slice(flags);
+    let run = start(Mode::Pid1, &args(&all, app_args));
+    (run, ready)
+}
+
+#[test]
+fn it_listens_exactly_while_ready_and_refuses_within_100_ms_of_a_sigterm() {
+    let check_port = free_port();
+    let (mut run, ready) =
+        start_checked(&["--drain-delay", "2s", "--grace", "10s"], check_port, &[]);
+    run.ready();
+    // The app check fails (nothing listens on its port): not ready, refused.
+    run.expect_log("ready port bound");
+    for _ in 0..5 {
+        assert!(!probe(ready), "listening before the app is ready");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The check passes: it listens.
+    let target = TcpListener::bind(("127.0.0.1", check_port)).unwrap();
+    wait_open(ready);
+    run.expect_log("ready port listening");
+    // The check fails again: refused; and it comes back with the check.
+    drop(target);
+    wait_refused(ready);
+    run.expect_log("ready port closed");
+    let target = TcpListener::bind(("127.0.0.1", check_port)).unwrap();
+    wait_open(ready);
+    // SIGTERM: refused at once, while the app is still running (its drain is 2 s).
+    run.signal(libc::SIGTERM);
+    let sent = Instant::now();
+    while probe(ready) {
+        assert!(
+            sent.elapsed() < Duration::from_secs(2),
+            "the ready port still listens 2 s after the SIGTERM\n{}",
+            run.transcript()
+        );
+    }
+    let refused_after = sent.elapsed();
+    assert!(
+        refused_after < Duration::from_millis(100),
+        "refused {refused_after:?} after the SIGTERM (at most 100 ms)\n{}",
+        run.transcript()
+    );
+    assert!(alive(run.app_pid()), "the app still runs during the drain");
+    let plan = run.expect_log("draining:");
+    assert!(
+        plan.contains("relay_by=+2s")
+            && plan.contains("sigkill_at=+10s")
+            && plan.contains("ready_port=closed"),
+        "{plan}"
+    );
+    // Never again, whatever the check says.
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!probe(ready));
+    run.expect_line("signal TERM");
+    run.expect_exit(0);
+    drop(target);
+}
+
+#[test]
+fn it_is_refused_once_the_app_has_exited_while_lifeguard_waits_for_what_it_left() {
+    // The app leaves a daemon that ignores SIGTERM and then exits by itself: lifeguard
+    // stays until the grace deadline for the daemon, the port refused all along.
+    let check_port = free_port();
+    let target = TcpListener::bind(("127.0.0.1", check_port)).unwrap();
+    let (mut run, ready) = start_checked(
+        &["--grace", "3s", "--drain-delay", "0"],
+        check_port,
+        &["--daemon", "stubborn"],
+    );
+    run.ready();
+    wait_open(ready);
+    send(run.app_pid(), libc::SIGINT);
+    run.expect_log("app exited");
+    wait_refused(ready);
+    run.expect_log("ready port closed");
+    let until = Instant::now() + Duration::from_secs(1);
+    while Instant::now() < until {
+        assert!(!probe(ready), "listening after the app exited");
+    }
+    run.expect_exit(0);
+    drop(target);
+}
+
+#[test]
+fn ten_thousand_probes_connect_and_the_queue_is_emptied() {
+    // In a network namespace of its own: the probes' 10,000 TIME_WAIT entries stay there.
+    netns::in_own_netns(|| {
+        let ready = free_port();
+        let ready_text = ready.to_string();
+        let mut run = start(Mode::Pid1, &args(&["--ready-port", &ready_text], &[]));
+        run.ready();
+        wait_open(ready);
+        let started = Instant::now();
+        let failed = (0..10_000).filter(|_| !probe(ready)).count();
+        let took = started.elapsed();
+        assert_eq!(
+            failed,
+            0,
+            "of 10,000 probes in {took:?}\n{}",
+            run.transcript()
+        );
+        wait_until("the ready port's queue to be emptied", || {
+            (accept_queue(ready) == Some(0)).then_some(())
+        });
+        run.signal(libc::SIGTERM);
+        run.expect_exit(0);
+    });
+}
+
+#[test]
+fn a_stopped_or_killed_helper_leaves_it_listening_and_a_sigterm_still_closes_it() {
+    let check_port = free_port();
+    let target = TcpListener::bind(("127.0.0.1", check_port)).unwrap();
+    let (mut run, ready) = start_checked(&["--drain-delay", "1s"], check_port, &[]);
+    run.ready();
+    wait_open(ready);
+
+    // Killed: nothing changes for the probes, and a new helper takes over the queue.
+    let first = helper_of(&run);
+    send(first, libc::SIGKILL);
+    for _ in 0..200 {
+        assert!(
+            probe(ready),
+            "the ready port refused while the helper was down"
+        );
+    }
+    wait_until("a new helper process", || {
+        let now = helper_of(&run);
+        (now != first).then_some(())
+    });
+    wait_until("the new helper to empty the queue", || {
+        (accept_queue(ready) == Some(0)).then_some(())
+    });
+
+    // Stopped (a hung helper): the probes wait in the queue, every one connects.
+    let helper = helper_of(&run);
+    send(helper, libc::SIGSTOP);
+    wait_until("the helper to stop", || {
+        (state(helper) == Some('T')).then_some(())
+    });
+    for _ in 0..1000 {
+        assert!(
+            probe(ready),
+            "the ready port refused while the helper was stopped"
+        );
+    }
+    assert!(
+        accept_queue(ready).is_some_and(|n| n >= 1000),
+        "the queue holds them: {:?}",
+        accept_queue(ready)
+    );
+    // PID 1 closes it at the SIGTERM, helper or not.
+    run.signal(libc::SIGTERM);
+    let sent = Instant::now();
+    while probe(ready) {
+        assert!(
+            sent.elapsed() < Duration::from_secs(2),
+            "{}",
+            run.transcript()
+        );
+    }
+    assert!(
+        sent.elapsed() < Duration::from_millis(100),
+        "refused {:?} after the SIGTERM with the helper stopped",
+        sent.elapsed()
+    );
+    assert_eq!(
+        accept_queue(ready),
+        None,
+        "no listener left, its queue reset"
+    );
+    send(helper, libc::SIGCONT);
+    run.expect_exit(0);
+    drop(target);
+}
