@@ -37,13 +37,24 @@ pub fn point(name: &str) {
         Times::Blocking => clear_nonblocking(),
         Times::OncePerRun => {
             // Once for the whole run, not once per helper process: a marker file named
-            // after the parent and its PID namespace (as PID 1 every run's parent is 1).
+            // after the parent, its PID namespace and its start time. As PID 1 every
+            // run's parent is 1, and the kernel reuses a freed namespace's inode number,
+            // so a marker left by an earlier run would otherwise disarm the fault.
             let namespace = std::fs::read_link("/proc/self/ns/pid")
                 .map(|l| l.display().to_string().replace(['[', ']', ':'], ""))
                 .unwrap_or_default();
+            let parent = std::os::unix::process::parent_id();
+            // proc(5): field 22 of /proc/PID/stat, starttime, counted after the
+            // command name's closing parenthesis (the name may hold spaces).
+            let started = std::fs::read_to_string(format!("/proc/{parent}/stat"))
+                .ok()
+                .and_then(|s| {
+                    let rest = s.get(s.rfind(')')? + 1..)?.to_owned();
+                    rest.split_whitespace().nth(19).map(str::to_owned)
+                })
+                .unwrap_or_default();
             let marker = std::env::temp_dir().join(format!(
-                "lifeguard-fault-{namespace}-{}-{name}",
-                std::os::unix::process::parent_id()
+                "lifeguard-fault-{namespace}-{parent}-{started}-{name}"
             ));
             if std::fs::OpenOptions::new()
                 .write(true)
