@@ -85,22 +85,7 @@ fn signal_latency(run: &Run) -> Duration {
 /// drains then relays (within `relay_within` of the SIGTERM), the grace deadline kills
 /// the app that ignored it, and lifeguard exits with the app's status (137, SIGKILL).
 fn still_supervises(mut run: Run, what: &str, relay_within: Duration) {
-    let latency = signal_latency(&run);
-    assert!(
-        latency <= Duration::from_millis(100),
-        "{what}: a signal took {latency:?} to reach the app\n{}",
-        run.transcript()
-    );
-    let term = Instant::now();
-    run.signal(libc::SIGTERM);
-    run.expect_line("signal TERM");
-    let relayed = term.elapsed();
-    assert!(
-        relayed >= DRAIN && relayed <= relay_within,
-        "{what}: the stop signal was relayed after {relayed:?} (drain {DRAIN:?}, \
-         expected by {relay_within:?})\n{}",
-        run.transcript()
-    );
+    let term = relays_after_the_drain(&run, what, relay_within);
     let code = run.wait_exit();
     let ended = term.elapsed();
     assert_eq!(code, 137, "{what}: exit status\n{}", run.transcript());
@@ -680,7 +665,14 @@ fn kill_helper(pid: i32) -> bool {
 /// is relayed after the drain delay and well before the grace deadline, and the app's
 /// exit (7) is lifeguard's.
 fn supervises_to_the_end(mut run: Run, what: &str) {
-    let latency = signal_latency(&run);
+    relays_after_the_drain(&run, what, GRACE - Duration::from_millis(1));
+    run.expect_exit(7);
+}
+
+/// A signal reaches the app within 100 ms, and a SIGTERM then reaches it after the
+/// drain delay and by `relay_within`; returns when the SIGTERM was sent.
+fn relays_after_the_drain(run: &Run, what: &str, relay_within: Duration) -> Instant {
+    let latency = signal_latency(run);
     assert!(
         latency <= Duration::from_millis(100),
         "{what}: a signal took {latency:?} to reach the app\n{}",
@@ -691,11 +683,12 @@ fn supervises_to_the_end(mut run: Run, what: &str) {
     run.expect_line("signal TERM");
     let relayed = term.elapsed();
     assert!(
-        relayed >= DRAIN && relayed < GRACE,
-        "{what}: the stop signal was relayed after {relayed:?}\n{}",
+        relayed >= DRAIN && relayed <= relay_within,
+        "{what}: the stop signal was relayed after {relayed:?} (drain {DRAIN:?}, \
+         expected by {relay_within:?})\n{}",
         run.transcript()
     );
-    run.expect_exit(7);
+    term
 }
 
 /// The O_NONBLOCK flag of `pid`'s descriptor `fd` (from its fdinfo), None when gone.

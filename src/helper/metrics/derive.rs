@@ -121,6 +121,17 @@ mod tests {
         }
     }
 
+    /// A fresh Derive's sample of `reading` alone (container scope, no traffic).
+    fn first_sample(reading: &cgroup::Reading) -> Sample {
+        Derive::default().next(&Reading {
+            at: Instant::now(),
+            cgroup: reading,
+            task: None,
+            task_limits: ecs::TaskLimits::default(),
+            inflight: None,
+        })
+    }
+
     #[test]
     fn container_scope_rates_and_percentages() {
         let t0 = Instant::now();
@@ -167,13 +178,7 @@ mod tests {
         for limit in [None, Some(64 << 30)] {
             let mut reading = cgroup_reading(0);
             reading.memory_limit = limit;
-            let s = Derive::default().next(&Reading {
-                at: Instant::now(),
-                cgroup: &reading,
-                task: None,
-                task_limits: ecs::TaskLimits::default(),
-                inflight: None,
-            });
+            let s = first_sample(&reading);
             assert_eq!(s.memory_limit_bytes, Some(24 << 30), "{limit:?}");
         }
     }
@@ -253,13 +258,7 @@ mod tests {
             memory_usage: Some(10),
             ..Default::default()
         };
-        let s = Derive::default().next(&Reading {
-            at: Instant::now(),
-            cgroup: &reading,
-            task: None,
-            task_limits: ecs::TaskLimits::default(),
-            inflight: None,
-        });
+        let s = first_sample(&reading);
         assert_eq!(s.cpu_usage_seconds, None);
         assert_eq!(s.cpu_limit_cores, None);
         assert_eq!(s.memory_oom_kills, None);

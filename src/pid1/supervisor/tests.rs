@@ -32,6 +32,22 @@ fn code(n: i32) -> libc::c_int {
     n << 8
 }
 
+/// A wake on which `pid` has exited with the raw wait `status`.
+fn exit_of(pid: i32, status: libc::c_int) -> Wake {
+    Wake {
+        exits: vec![(pid, status)],
+        ..Default::default()
+    }
+}
+
+/// A wake on which `signal` has come.
+fn signal_of(signal: Signal) -> Wake {
+    Wake {
+        signals: vec![signal],
+        ..Default::default()
+    }
+}
+
 #[derive(Default)]
 struct Fake {
     script: VecDeque<Wake>,
@@ -339,18 +355,9 @@ fn a_signal_after_the_apps_exit_goes_to_what_is_left_of_its_group_alone() {
         config(0),
         true,
         vec![
-            Wake {
-                exits: vec![(APP, code(0))],
-                ..Default::default()
-            },
-            Wake {
-                signals: vec![HUP],
-                ..Default::default()
-            },
-            Wake {
-                exits: vec![(LEFT, code(0))],
-                ..Default::default()
-            },
+            exit_of(APP, code(0)),
+            signal_of(HUP),
+            exit_of(LEFT, code(0)),
         ],
     );
     assert_eq!(code, 0);
@@ -399,18 +406,9 @@ fn a_stop_while_the_helper_is_down_goes_on_and_never_restarts_it_after_the_exit(
         false,
         vec![
             // The helper dies (a segfault), then SIGTERM comes before its restart.
-            Wake {
-                exits: vec![(HELPER, libc::SIGSEGV)],
-                ..Default::default()
-            },
-            Wake {
-                signals: vec![TERM],
-                ..Default::default()
-            },
-            Wake {
-                exits: vec![(APP, code(0))],
-                ..Default::default()
-            },
+            exit_of(HELPER, libc::SIGSEGV),
+            signal_of(TERM),
+            exit_of(APP, code(0)),
         ],
     );
     assert_eq!(code, 0);
@@ -429,16 +427,7 @@ fn the_ready_port_listens_once_ready_and_a_sigterm_closes_it_before_anything_is_
     let (fake, code) = run(
         config(0),
         false,
-        vec![
-            Wake {
-                signals: vec![TERM],
-                ..Default::default()
-            },
-            Wake {
-                exits: vec![(APP, code(0))],
-                ..Default::default()
-            },
-        ],
+        vec![signal_of(TERM), exit_of(APP, code(0))],
     );
     assert_eq!(code, 0);
     assert_eq!(fake.ready, vec![(true, 0), (false, 0)], "{:?}", fake.sent);
@@ -461,10 +450,7 @@ fn the_ready_port_follows_the_app_check_and_closes_when_the_app_exits() {
             verdict(true),
             verdict(false),
             verdict(true),
-            Wake {
-                exits: vec![(APP, code(4))],
-                ..Default::default()
-            },
+            exit_of(APP, code(4)),
         ],
     );
     assert_eq!(code, 4);
@@ -480,14 +466,7 @@ fn the_deadline_kills_each_leftover_once_and_stops_walking_when_nothing_is_new()
         grace: Duration::from_millis(200),
         ..config(0)
     };
-    let (fake, code) = run(
-        config,
-        true,
-        vec![Wake {
-            signals: vec![TERM],
-            ..Default::default()
-        }],
-    );
+    let (fake, code) = run(config, true, vec![signal_of(TERM)]);
     assert_eq!(code, 137);
     assert_eq!(fake.sent_to(APP), vec![KILL]);
     assert_eq!(fake.sent_to(LEFT), vec![KILL]);
@@ -509,10 +488,7 @@ fn with_no_helper_the_loop_takes_each_signal_in_its_wait_and_relays_it() {
                 signals: vec![HUP, TERM],
                 ..Default::default()
             },
-            Wake {
-                exits: vec![(APP, code(0))],
-                ..Default::default()
-            },
+            exit_of(APP, code(0)),
         ],
     );
     assert_eq!(code, 0);
