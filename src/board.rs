@@ -57,7 +57,7 @@ pub struct Look {
     /// When the sample was taken.
     pub taken: Instant,
     /// Requests in flight (accept queue plus outstanding requests); `None` when the
-    /// sample failed, which counts as quiet: a broken gauge never holds a stop.
+    /// sample failed: a hold that cannot see holds on (late is not quiet).
     pub in_flight: Option<u64>,
     /// The latest sample that saw traffic: a request in flight, a new connection, or
     /// bytes received on one. `None`: none seen since lifeguard started.
@@ -153,7 +153,8 @@ const TRAFFIC_LAST_BUSY: usize = 11;
 const TRAFFIC_BUSY_BY: usize = 12;
 /// The app check's latest verdict fails (1) or not (0: passing, or none yet).
 const CHECK_FAILING: usize = 13;
-/// The ready port listens (supervision opens and closes it).
+/// The ready port listens (1), does not (0), or cannot (2: its listen failed, the port
+/// taken by another socket; supervision tries again).
 const READY_PORT_OPEN: usize = 14;
 /// The sampler has seen a listener on `--inflight-port` (once set, for good).
 const PORT_SEEN: usize = 15;
@@ -318,7 +319,12 @@ impl Page {
 
     /// Whether supervision keeps the ready port listening.
     pub fn ready_port_open(&self) -> bool {
-        self.word(READY_PORT_OPEN) != 0
+        self.word(READY_PORT_OPEN) == 1
+    }
+
+    /// Whether the ready port should listen and cannot (its listen failed): not ready.
+    pub fn ready_port_failing(&self) -> bool {
+        self.word(READY_PORT_OPEN) == 2
     }
 
     /// Whether the app check has passed once.
@@ -446,6 +452,11 @@ impl Board {
     /// it does).
     pub fn set_ready_port(&self, open: bool) {
         self.words[READY_PORT_OPEN].store(u64::from(open), Ordering::Release);
+    }
+
+    /// The ready port should listen and its listen failed: `/readyz` is not ready.
+    pub fn set_ready_port_failing(&self) {
+        self.words[READY_PORT_OPEN].store(2, Ordering::Release);
     }
 }
 

@@ -11,15 +11,23 @@ use crate::cli::{Listen, ListenAt, ProbeTarget};
 use crate::helper::http_client::{address, short};
 
 pub fn run(target: &ProbeTarget, listen: Listen, timeout: Duration) -> u8 {
-    let uri = match target_uri(target, listen) {
+    let (uri, also) = match target_uri(target, listen) {
         Ok(uri) => uri,
         Err(reason) => return fail(&reason),
     };
     let deadline = Instant::now() + timeout;
+    // An endpoint on every address is asked over IPv4's loopback, then IPv6's where
+    // that cannot be reached (a network namespace with ::1 alone).
+    let mut answer = get(&uri, deadline);
+    let mut uri = uri;
+    if let (Err(Failure::NoConnection(_)), Some(v6)) = (&answer, also) {
+        answer = get(&v6, deadline);
+        uri = v6;
+    }
     // An answer that came after the deadline is late too: a process starved of CPU (in
     // a cgroup at its quota) may get back to it long after, and HEALTHCHECK and the
     // orchestrators count the probe's timeout, not the server's.
-    let answer = match get(&uri, deadline) {
+    let answer = match answer {
         Ok(_) if Instant::now() > deadline => Err(Failure::Late),
         answer => answer,
     };
@@ -32,7 +40,7 @@ pub fn run(target: &ProbeTarget, listen: Listen, timeout: Duration) -> u8 {
                 fail(&format!("GET {uri} answered {status} {body}"))
             }
         }
-        Err(Failure::Reason(reason)) => fail(&reason),
+        Err(Failure::Reason(reason) | Failure::NoConnection(reason)) => fail(&reason),
         Err(Failure::Late) => fail(&format!(
             "GET {uri}: no answer within {}",
             crate::seconds::human(timeout)
@@ -42,6 +50,8 @@ pub fn run(target: &ProbeTarget, listen: Listen, timeout: Duration) -> u8 {
 
 enum Failure {
     Reason(String),
+    /// Nothing could be connected to (a reason too).
+    NoConnection(String),
     /// The deadline passed first.
     Late,
 }
@@ -157,7 +167,7 @@ fn connect(host: &str, port: u16, deadline: Instant) -> Result<TcpStream, Failur
             Err(e) => failure = short(&e),
         }
     }
-    Err(Failure::Reason(format!(
+    Err(Failure::NoConnection(format!(
         "cannot connect to {host}:{port}: {failure}"
     )))
 }
@@ -262,50 +272,46 @@ fn fail(reason: &str) -> u8 {
     1
 }
 
-/// lifeguard's own endpoint, reached over loopback when it listens on every address.
-fn target_uri(target: &ProbeTarget, listen: Listen) -> Result<hyper::Uri, String> {
+/// lifeguard's own endpoint, reached over loopback when it listens on every address:
+/// 127.0.0.1, and `[::1]` as a second try for a dual-stack endpoint (an IPv6-only
+/// network namespace has no 127.0.0.1).
+fn target_uri(
+    target: &ProbeTarget,
+    listen: Listen,
+) -> Result<(hyper::Uri, Option<hyper::Uri>), String> {
     let path = match target {
-        ProbeTarget::Url(uri) => return Ok(uri.clone()),
+        ProbeTarget::Url(uri) => return Ok((uri.clone(), None)),
         ProbeTarget::Ready => "/readyz",
         ProbeTarget::Live => "/livez",
     };
     let at = listen
         .at
         .ok_or("the endpoint is off (--listen off / LIFEGUARD_LISTEN=off); give --probe a URL")?;
-    let addr = match at {
-        ListenAt::Addr(addr) => addr,
+    let uri = |addr: SocketAddr| -> Result<hyper::Uri, String> {
+        format!("http://{addr}{path}")
+            .parse()
+            .map_err(|e| format!("{addr}: {e}"))
+    };
+    let v4 = |port| SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port);
+    let v6 = |port| SocketAddr::new(Ipv6Addr::LOCALHOST.into(), port);
+    match at {
         // The name the endpoint was bound to, looked up by the probe's own client.
-        ListenAt::Name { host, port } => {
-            return format!("http://{host}:{port}{path}")
+        ListenAt::Name { host, port } => Ok((
+            format!("http://{host}:{port}{path}")
                 .parse()
-                .map_err(|e| format!("{host}:{port}: {e}"));
-        }
-    };
-    let addr = match addr.ip() {
-        IpAddr::V4(ip) if ip.is_unspecified() => {
-            SocketAddr::new(Ipv4Addr::LOCALHOST.into(), addr.port())
-        }
-        // `[::]` also takes IPv4 unless the kernel makes IPv6 sockets v6-only
-        // (net.ipv6.bindv6only; lifeguard does not set IPV6_V6ONLY itself), and Docker
-        // starts containers without an IPv6 loopback by default: 127.0.0.1 reaches it.
-        IpAddr::V6(ip) if ip.is_unspecified() => {
-            let loopback: IpAddr = if v6_only() {
-                Ipv6Addr::LOCALHOST.into()
-            } else {
-                Ipv4Addr::LOCALHOST.into()
-            };
-            SocketAddr::new(loopback, addr.port())
-        }
-        _ => addr,
-    };
-    format!("http://{addr}{path}")
-        .parse()
-        .map_err(|e| format!("{addr}: {e}"))
-}
-
-/// Whether new IPv6 sockets are v6-only by default on this host.
-fn v6_only() -> bool {
-    std::fs::read_to_string("/proc/sys/net/ipv6/bindv6only").is_ok_and(|v| v.trim() == "1")
+                .map_err(|e| format!("{host}:{port}: {e}"))?,
+            None,
+        )),
+        // lifeguard binds `[::]` dual-stack (IPV6_V6ONLY off) itself.
+        ListenAt::Any(port) => Ok((uri(v4(port))?, Some(uri(v6(port))?))),
+        ListenAt::Addr(addr) => match addr.ip() {
+            IpAddr::V4(ip) if ip.is_unspecified() => Ok((uri(v4(addr.port()))?, None)),
+            IpAddr::V6(ip) if ip.is_unspecified() => {
+                Ok((uri(v4(addr.port()))?, Some(uri(v6(addr.port()))?)))
+            }
+            _ => Ok((uri(addr)?, None)),
+        },
+    }
 }
 
 #[cfg(test)]
@@ -361,29 +367,35 @@ mod tests {
         drop(silent);
         let uri: hyper::Uri = format!("http://127.0.0.1:{port}/").parse().unwrap();
         match get(&uri, Instant::now() + Duration::from_secs(1)) {
-            Err(Failure::Reason(r)) => assert!(r.contains("connection refused"), "{r}"),
+            Err(Failure::NoConnection(r)) => assert!(r.contains("connection refused"), "{r}"),
             _ => panic!("a closed port connected"),
         }
     }
 
     #[test]
     fn probes_reach_the_endpoint_over_loopback() {
-        assert_eq!(
-            target_uri(&ProbeTarget::Ready, listening_on(Some("0.0.0.0:9595"))).unwrap(),
-            "http://127.0.0.1:9595/readyz"
-        );
-        let expected = if v6_only() {
-            "http://[::1]:81/livez"
-        } else {
-            "http://127.0.0.1:81/livez"
+        let uris = |listen| {
+            let (first, then) = target_uri(&ProbeTarget::Ready, listen).unwrap();
+            (first.to_string(), then.map(|u| u.to_string()))
         };
         assert_eq!(
-            target_uri(&ProbeTarget::Live, listening_on(Some("[::]:81"))).unwrap(),
-            expected
+            uris(listening_on(Some("0.0.0.0:9595"))),
+            ("http://127.0.0.1:9595/readyz".into(), None)
         );
+        // Dual-stack: IPv4's loopback, then IPv6's (a namespace with ::1 alone).
+        let both = (
+            "http://127.0.0.1:81/readyz".to_string(),
+            Some("http://[::1]:81/readyz".to_string()),
+        );
+        assert_eq!(uris(listening_on(Some("[::]:81"))), both);
+        let default = Listen {
+            at: Some(ListenAt::Any(81)),
+            explicit: false,
+        };
+        assert_eq!(uris(default), both);
         assert_eq!(
-            target_uri(&ProbeTarget::Live, listening_on(Some("[::1]:81"))).unwrap(),
-            "http://[::1]:81/livez"
+            uris(listening_on(Some("[::1]:81"))),
+            ("http://[::1]:81/readyz".into(), None)
         );
         let named = Listen {
             at: Some(ListenAt::Name {
@@ -393,8 +405,8 @@ mod tests {
             explicit: true,
         };
         assert_eq!(
-            target_uri(&ProbeTarget::Ready, named).unwrap(),
-            "http://localhost:9596/readyz"
+            uris(named),
+            ("http://localhost:9596/readyz".into(), None)
         );
         assert!(target_uri(&ProbeTarget::Ready, listening_on(None))
             .unwrap_err()

@@ -171,10 +171,14 @@ fn a_panicking_app_check_leaves_the_app_starting_and_supervised() {
     still_supervises(run, "app-check", DRAIN + Duration::from_millis(500));
 }
 
+/// `--drain-max` with a 1 s drain and a 6 s grace: halfway between them.
+const DRAIN_MAX: Duration = Duration::from_millis(3500);
+
 #[test]
-fn a_panicking_sampler_never_holds_the_stop() {
-    // The drain's hold reads the sampler's figures; with none coming it relays after
-    // LOOK_STALE (1 s) past the drain delay, long before --drain-max (3.5 s).
+fn a_panicking_sampler_holds_the_stop_to_drain_max_and_says_why() {
+    // The drain's hold reads the sampler's figures; with none coming it cannot tell the
+    // app is idle (late is not quiet): it holds to --drain-max (3.5 s), says so once,
+    // and the deadline still kills.
     let port = free_port();
     let app_port = free_port();
     let run = start_faulty(
@@ -191,18 +195,45 @@ fn a_panicking_sampler_never_holds_the_stop() {
     wait_until("the failure counted", || {
         (failures_of(port, "sampler")? >= 1.0).then_some(())
     });
-    still_supervises(run, "sampler", DRAIN + Duration::from_millis(1500));
+    let said = blind_to_drain_max(run, "sampler");
+    assert!(said.contains("no fresh look at the port"), "{said}");
+}
+
+/// The stop of a drain whose sampler gives no figures: relayed at --drain-max, not
+/// before, with the blind hold said; the grace deadline still kills. Returns the line.
+fn blind_to_drain_max(mut run: Run, what: &str) -> String {
+    run.signal(libc::SIGTERM);
+    let term = Instant::now();
+    run.expect_line("signal TERM");
+    let relayed = term.elapsed();
+    assert!(
+        relayed >= DRAIN_MAX - Duration::from_millis(100)
+            && relayed < DRAIN_MAX + Duration::from_millis(1500),
+        "{what}: the stop came {relayed:?} after the SIGTERM, --drain-max {DRAIN_MAX:?}\n{}",
+        run.transcript()
+    );
+    let said = run.expect_log("holding the stop signal until");
+    run.expect_log("--drain-max reached without a fresh look");
+    let code = run.wait_exit();
+    assert_eq!(code, 137, "{what}: exit status\n{}", run.transcript());
+    let ended = term.elapsed();
+    assert!(
+        ended >= GRACE && ended < GRACE + Duration::from_secs(2),
+        "{what}: the deadline killed after {ended:?}\n{}",
+        run.transcript()
+    );
+    said
 }
 
 #[test]
-fn a_hung_sampler_never_holds_the_stop() {
+fn a_hung_sampler_holds_the_stop_to_drain_max() {
     let app_port = free_port();
     let run = start_faulty(
         "sampler:hang",
         &["--inflight-port", &app_port.to_string()],
         &[],
     );
-    still_supervises(run, "sampler:hang", DRAIN + Duration::from_millis(1500));
+    blind_to_drain_max(run, "sampler:hang");
 }
 
 #[test]

@@ -59,7 +59,7 @@ pub(super) struct Cli {
           value_parser = parse_duration, allow_hyphen_values = true)]
     pub(super) grace: Duration,
 
-    /// Health and metrics endpoint address (HOST:PORT, :PORT), or `off`. Default 0.0.0.0:9595
+    /// Health and metrics endpoint address (HOST:PORT, :PORT), or `off`. Default [::]:9595, dual-stack (0.0.0.0 without IPv6)
     #[arg(long, env = "LIFEGUARD_LISTEN", value_name = "ADDR", value_parser = parse_listen)]
     pub(super) listen: Option<Listen>,
 

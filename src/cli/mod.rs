@@ -42,24 +42,40 @@ pub struct Listen {
     pub explicit: bool,
 }
 
-/// Where the endpoint listens: an address, or a host name resolved once at start, the
-/// endpoint then listening on every address it gives (`localhost`: 127.0.0.1 and ::1).
+/// Where the endpoint listens: every address of both families (the default, and
+/// `:PORT`), an address, or a host name resolved once at start, the endpoint then
+/// listening on every address it gives (`localhost`: 127.0.0.1 and ::1).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ListenAt {
+    /// One dual-stack socket on `[::]` (IPV6_V6ONLY off, as Go's `:PORT`), so an
+    /// IPv6-only pod (EKS in IPv6 mode, whose kubelet probes the pod's IPv6 address) is
+    /// reached as well as an IPv4 one; `0.0.0.0` where the kernel has no IPv6.
+    Any(u16),
     Addr(SocketAddr),
     Name { host: String, port: u16 },
+}
+
+impl ListenAt {
+    pub fn port(&self) -> u16 {
+        match self {
+            ListenAt::Any(port) | ListenAt::Name { port, .. } => *port,
+            ListenAt::Addr(addr) => addr.port(),
+        }
+    }
 }
 
 impl std::fmt::Display for ListenAt {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            ListenAt::Any(port) => write!(f, "[::]:{port}"),
             ListenAt::Addr(addr) => write!(f, "{addr}"),
             ListenAt::Name { host, port } => write!(f, "{host}:{port}"),
         }
     }
 }
 
-pub const DEFAULT_LISTEN: &str = "0.0.0.0:9595";
+/// The endpoint's port when `--listen` is not given (on every address, both families).
+pub const DEFAULT_PORT: u16 = 9595;
 
 /// What `--probe` asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -307,19 +323,12 @@ fn settings(
         // nothing to a task before its app can take it.
         (None, None) => cli.inflight_port.map(AppCheckKind::Listening),
     };
-    let listen = cli.listen.unwrap_or_else(|| Listen {
-        at: Some(ListenAt::Addr(
-            DEFAULT_LISTEN.parse().expect("valid default"),
-        )),
+    let listen = cli.listen.unwrap_or(Listen {
+        at: Some(ListenAt::Any(DEFAULT_PORT)),
         explicit: false,
     });
     if let (Some(ready), None) = (cli.ready_port, &probe) {
-        let listen_port = match &listen.at {
-            Some(ListenAt::Addr(addr)) => Some(addr.port()),
-            Some(ListenAt::Name { port, .. }) => Some(*port),
-            None => None,
-        };
-        if listen_port == Some(ready) {
+        if listen.at.as_ref().map(ListenAt::port) == Some(ready) {
             return Err(format!(
                 "--ready-port ({ready}) must differ from the endpoint's port (--listen): \
                  the ready port listens only while the app is ready, the endpoint always"
@@ -644,7 +653,7 @@ mod tests {
         assert_eq!(
             s.listen,
             Listen {
-                at: Some(ListenAt::Addr("0.0.0.0:9595".parse().unwrap())),
+                at: Some(ListenAt::Any(9595)),
                 explicit: false
             }
         );
@@ -657,7 +666,7 @@ mod tests {
         assert_eq!(
             s.listen,
             Listen {
-                at: Some(ListenAt::Addr("0.0.0.0:8081".parse().unwrap())),
+                at: Some(ListenAt::Any(8081)),
                 explicit: true
             }
         );

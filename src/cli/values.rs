@@ -46,7 +46,7 @@ pub(super) fn parse_positive_duration(text: &str) -> Result<Duration, String> {
 }
 
 /// `off`, `IP:PORT` (IPv4, `[IPv6]`), `HOST:PORT` with a host name, or `:PORT` for
-/// every IPv4 address.
+/// every address of both families (as the default).
 pub(super) fn parse_listen(text: &str) -> Result<Listen, String> {
     let text = text.trim();
     let refused = || {
@@ -61,10 +61,14 @@ pub(super) fn parse_listen(text: &str) -> Result<Listen, String> {
             explicit: true,
         });
     }
-    let full = match text.strip_prefix(':') {
-        Some(port) => format!("0.0.0.0:{port}"),
-        None => text.to_string(),
-    };
+    if let Some(port) = text.strip_prefix(':') {
+        let port: u16 = port.parse().map_err(|_| refused())?;
+        return Ok(Listen {
+            at: Some(ListenAt::Any(port)),
+            explicit: true,
+        });
+    }
+    let full = text.to_string();
     if let Ok(addr) = full.parse::<SocketAddr>() {
         return Ok(Listen {
             at: Some(ListenAt::Addr(addr)),

@@ -129,7 +129,7 @@ impl Desk {
         Snapshot {
             phase,
             term_pending: self.term_pending(phase, asked),
-            check: self.check(),
+            check: self.ready_check(),
             forwarded: forwarded(&self.board),
             zombies_reaped: self.board.zombies_reaped(),
             metadata_failures: self.counters.metadata_failures.load(Ordering::Relaxed),
@@ -146,7 +146,7 @@ impl Desk {
     /// often than `/metrics`), for a probe whose request was read whole at `asked`.
     pub fn readiness(&self, asked: Instant) -> Verdict {
         let phase = self.phase();
-        health::readiness(phase, &self.check(), self.term_pending(phase, asked))
+        health::readiness(phase, &self.ready_check(), self.term_pending(phase, asked))
     }
 
     /// A SIGTERM supervision has read but not yet turned into a phase (only before the
@@ -189,6 +189,20 @@ impl Desk {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
+    }
+
+    /// The app check's verdict as readiness counts it: a ready port that cannot listen
+    /// (another socket took it) fails readiness of its own, whatever the app's check
+    /// says, since a TCP probe of that port would reach somebody else.
+    fn ready_check(&self) -> AppCheck {
+        let check = self.check();
+        match check {
+            AppCheck::Failing(_) => check,
+            _ if self.board.ready_port_failing() => AppCheck::Failing(
+                "--ready-port cannot listen (taken by another socket? see lifeguard's log)".into(),
+            ),
+            _ => check,
+        }
     }
 
     /// The sampler's field.

@@ -25,7 +25,7 @@ pub use proc::{
 pub use process::{
     app_stopped, become_subreaper, reap_one, set_parent_death_signal, spawn_app, Reaped,
 };
-pub use ready_port::ReadyPort;
+pub use ready_port::{bound_socket, no_ipv6, ReadyPort};
 pub use signal_inbox::{
     hear_children, reblock_every_signal, signal_pending, Received, SignalInbox, Woke,
 };

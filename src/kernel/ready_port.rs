@@ -10,6 +10,16 @@
 //! port held (an explicit bind locks the port, `SOCK_BINDPORT_LOCK`), so it can listen
 //! again. Both act on the socket, not the descriptor: the copy the helper process
 //! holds to take connections off the queue cannot keep it open.
+//!
+//! The port is held exclusively while it does not listen. Linux lets a second socket
+//! bind a port another socket holds when both carry SO_REUSEADDR and neither listens
+//! (`inet_bind_conflict`), and Go, Node and Python servers set it: such a server could
+//! take the port and listen first, and lifeguard's own listen(2) would fail. So
+//! SO_REUSEADDR is on only while the socket listens (its accepted connections inherit
+//! it, and their TIME_WAIT remnants then do not stop the next listen(2)), and off while
+//! it is closed, when any other bind of the port fails. The first bind is tried without
+//! it; only where the port is held by TIME_WAIT connections (a container restarted in
+//! the same network namespace) does it need SO_REUSEADDR, cleared right after.
 #![allow(unsafe_code)]
 
 use std::io;
@@ -20,6 +30,48 @@ use nix::sys::socket::{
     bind, setsockopt, shutdown, socket, sockopt, AddressFamily, Shutdown, SockFlag, SockType,
     SockaddrStorage,
 };
+
+/// A TCP socket bound to `addr`, not listening, close-on-exec and non-blocking.
+/// `[::]` is dual-stack whatever `net.ipv6.bindv6only` says (IPV6_V6ONLY off, as Go's
+/// `:PORT` listeners are): it takes IPv4 connections too, so an IPv4 probe and an
+/// IPv6-only pod's probe both reach it. `reuse`: SO_REUSEADDR, kept on.
+pub fn bound_socket(addr: SocketAddr, reuse: bool) -> io::Result<OwnedFd> {
+    let fd = tcp_socket(addr)?;
+    if reuse {
+        setsockopt(&fd, sockopt::ReuseAddr, &true)?;
+    }
+    bind(fd.as_raw_fd(), &SockaddrStorage::from(addr))?;
+    Ok(fd)
+}
+
+fn tcp_socket(addr: SocketAddr) -> io::Result<OwnedFd> {
+    let family = match addr {
+        SocketAddr::V4(_) => AddressFamily::Inet,
+        SocketAddr::V6(_) => AddressFamily::Inet6,
+    };
+    let fd = socket(
+        family,
+        SockType::Stream,
+        SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+        None,
+    )?;
+    if let SocketAddr::V6(v6) = addr {
+        if v6.ip().is_unspecified() {
+            setsockopt(&fd, sockopt::Ipv6V6Only, &false)?;
+        }
+    }
+    Ok(fd)
+}
+
+/// Whether a failure to make or bind an IPv6 socket means the kernel has no IPv6
+/// (`ipv6.disable=1`: EAFNOSUPPORT; no IPv6 address can be had: EADDRNOTAVAIL), so
+/// that a default dual-stack address falls back to IPv4 alone.
+pub fn no_ipv6(err: &io::Error) -> bool {
+    matches!(
+        err.raw_os_error(),
+        Some(libc::EAFNOSUPPORT | libc::EADDRNOTAVAIL | libc::EPROTONOSUPPORT)
+    )
+}
 
 /// The accept queue asked of the kernel for each socket (it caps it at
 /// `net.core.somaxconn`, 4096 by default since Linux 5.4, 128 before). The helper
@@ -39,24 +91,19 @@ pub struct ReadyPort {
 
 impl ReadyPort {
     /// Binds one socket per address, not listening: a probe is refused until `set(true)`.
-    /// SO_REUSEADDR as std's listeners have it, so a container restarted in the same
-    /// network namespace (a pod's) binds at once beside the previous one's TIME_WAIT
-    /// connections.
+    /// Held exclusively (module comment): without SO_REUSEADDR, or, where TIME_WAIT
+    /// connections of a previous run hold the port, with it for the bind alone.
     pub fn bind(addrs: &[SocketAddr]) -> io::Result<ReadyPort> {
         let mut sockets = Vec::with_capacity(addrs.len());
-        for addr in addrs {
-            let family = match addr {
-                SocketAddr::V4(_) => AddressFamily::Inet,
-                SocketAddr::V6(_) => AddressFamily::Inet6,
+        for &addr in addrs {
+            let fd = match bound_socket(addr, false) {
+                Err(err) if err.raw_os_error() == Some(libc::EADDRINUSE) => {
+                    let fd = bound_socket(addr, true)?;
+                    setsockopt(&fd, sockopt::ReuseAddr, &false)?;
+                    fd
+                }
+                bound => bound?,
             };
-            let fd = socket(
-                family,
-                SockType::Stream,
-                SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
-                None,
-            )?;
-            setsockopt(&fd, sockopt::ReuseAddr, &true)?;
-            bind(fd.as_raw_fd(), &SockaddrStorage::from(*addr))?;
             sockets.push(fd);
         }
         Ok(ReadyPort {
@@ -66,23 +113,42 @@ impl ReadyPort {
     }
 
     /// Listens (`open`) or stops listening; nothing when it already does as asked.
-    /// Returns whether it changed. Every socket is switched, even after one fails.
+    /// Returns whether it changed. A listen that fails on any socket (EADDRINUSE: the
+    /// port was taken meanwhile) leaves none listening and is never recorded as open:
+    /// the caller tries again. Closing switches every socket, even after one fails.
     pub fn set(&mut self, open: bool) -> io::Result<bool> {
         if open == self.listening {
             return Ok(false);
         }
-        let mut result = Ok(true);
+        if open {
+            for fd in &self.sockets {
+                let listened = setsockopt(fd, sockopt::ReuseAddr, &true)
+                    .map_err(io::Error::from)
+                    .and_then(|()| listen(fd));
+                if let Err(err) = listened {
+                    let _ = self.close_all();
+                    return Err(err);
+                }
+            }
+            self.listening = true;
+            return Ok(true);
+        }
+        self.listening = false;
+        self.close_all().map(|()| true)
+    }
+
+    /// Every socket stops listening, SO_REUSEADDR off first: connections that arrive
+    /// meanwhile are reset by the shutdown, and no other socket can bind the port after.
+    fn close_all(&self) -> io::Result<()> {
+        let mut result = Ok(());
         for fd in &self.sockets {
-            let done = if open {
-                listen(fd)
-            } else {
-                shutdown(fd.as_raw_fd(), Shutdown::Read).map_err(io::Error::from)
-            };
-            if let Err(err) = done {
-                result = Err(err);
+            let _ = setsockopt(fd, sockopt::ReuseAddr, &false);
+            // ENOTCONN: it was not listening (a listen that failed).
+            match shutdown(fd.as_raw_fd(), Shutdown::Read) {
+                Ok(()) | Err(nix::errno::Errno::ENOTCONN) => {}
+                Err(err) => result = Err(err.into()),
             }
         }
-        self.listening = open;
         result
     }
 
@@ -161,5 +227,55 @@ mod tests {
         assert_eq!(taken, Err(nix::errno::Errno::EADDRINUSE));
         assert!(port.set(true).unwrap());
         assert!(connects(addr));
+    }
+
+    /// A socket with SO_REUSEADDR (as Go, Node and Python servers bind) trying `addr`.
+    fn squatter(addr: SocketAddr) -> nix::Result<OwnedFd> {
+        let fd = tcp_socket(addr).unwrap();
+        setsockopt(&fd, sockopt::ReuseAddr, &true).unwrap();
+        bind(fd.as_raw_fd(), &SockaddrStorage::from(addr)).map(|()| fd)
+    }
+
+    #[test]
+    fn no_other_socket_takes_the_port_while_it_is_closed_and_time_wait_stops_no_listen() {
+        let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = free.local_addr().unwrap();
+        drop(free);
+        let mut port = ReadyPort::bind(&[addr]).unwrap();
+        assert_eq!(squatter(addr).err(), Some(nix::errno::Errno::EADDRINUSE));
+        for _ in 0..3 {
+            assert!(port.set(true).unwrap());
+            // Connections accepted and closed by lifeguard's side first leave
+            // TIME_WAIT sockets on the port: the next listen must not mind them.
+            let copy = port.listeners().unwrap().remove(0);
+            for _ in 0..3 {
+                let client = TcpStream::connect(addr).unwrap();
+                let (server, _) = copy.accept().unwrap();
+                drop(server);
+                drop(client);
+            }
+            assert!(port.set(false).unwrap());
+            assert_eq!(squatter(addr).err(), Some(nix::errno::Errno::EADDRINUSE));
+        }
+        // A new run beside those TIME_WAIT sockets binds, exclusively.
+        drop(port);
+        let again = ReadyPort::bind(&[addr]).unwrap();
+        assert_eq!(squatter(addr).err(), Some(nix::errno::Errno::EADDRINUSE));
+        drop(again);
+    }
+
+    #[test]
+    fn the_unspecified_ipv6_address_takes_both_families() {
+        let free = std::net::TcpListener::bind("[::]:0");
+        let Ok(free) = free else {
+            panic!("this machine has no IPv6: the dual-stack test cannot run");
+        };
+        let port_no = free.local_addr().unwrap().port();
+        drop(free);
+        let any: SocketAddr = format!("[::]:{port_no}").parse().unwrap();
+        let mut port = ReadyPort::bind(&[any]).unwrap();
+        assert!(port.set(true).unwrap());
+        assert!(connects(format!("127.0.0.1:{port_no}").parse().unwrap()));
+        assert!(connects(format!("[::1]:{port_no}").parse().unwrap()));
     }
 }

@@ -17,8 +17,9 @@ pub const KILL_WAIT: Duration = Duration::from_secs(2);
 /// one every 100 ms while the drain runs).
 pub const LOOK_EVERY: Duration = Duration::from_millis(100);
 
-/// A hold that has seen no figure newer than this (the sampler is stuck or gone) stops
-/// holding: a broken gauge never holds a stop.
+/// A hold that has seen no figure newer than this is blind: the sampler is late (starved
+/// of CPU at the peak, stopped, restarting) or gone. Late is not quiet: a blind hold
+/// goes on holding, to `--drain-max` at the latest, and says so once.
 pub const LOOK_STALE: Duration = Duration::from_secs(1);
 
 /// `now + d`, saturating instead of panicking: a deadline beyond the clock's range is
@@ -101,8 +102,19 @@ pub enum DrainEnd {
     SecondTerm,
     /// The app exited during the drain.
     AppExited,
-    /// The figures could not be read (a failed sample, or none new for `LOOK_STALE`).
-    GaugeFailed,
+    /// `--drain-max` came while the hold was blind: no fresh figure to tell whether
+    /// requests were still in flight.
+    Blind,
+}
+
+/// Why a hold cannot see the port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Blindness {
+    /// No figure taken in the last `LOOK_STALE` (the helper is starved, stopped,
+    /// restarting or gone).
+    Late,
+    /// The sampler says it cannot read the port's sockets (no sock_diag).
+    CannotRead,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,6 +139,12 @@ pub enum Action {
     HoldBegan {
         in_flight: u64,
         /// The stop signal goes at the latest this long from now (`--drain-max`).
+        at_the_latest: Duration,
+    },
+    /// The hold has no fresh figure (for `why`): it goes on holding, at the latest this
+    /// long from now. Said once a spell.
+    HoldBlind {
+        why: Blindness,
         at_the_latest: Duration,
     },
     /// The drain is over, `after` its SIGTERM, for `why`; `in_flight` as last seen.
@@ -185,7 +203,7 @@ enum State {
     /// Drain until quiet: the drain delay is over (at `since`) and the stop signal
     /// waits for the port to be quiet, or for `cap_at` (`--drain-max` after the
     /// SIGTERM). `left` is the latest in-flight count seen (the hold is announced with
-    /// the first).
+    /// the first); `blind`, why the hold cannot see the port now, once said.
     Holding {
         term_at: Instant,
         since: Instant,
@@ -193,6 +211,7 @@ enum State {
         cap_at: Instant,
         kill_at: Instant,
         left: Option<u64>,
+        blind: Option<Blindness>,
     },
     /// Stop signal relayed; waiting for the app. After `killed`, `kill_at` is when
     /// lifeguard gives up waiting for it.
@@ -362,6 +381,7 @@ impl Lifecycle {
                     cap_at: after(term_at, max),
                     kill_at,
                     left: None,
+                    blind: None,
                 };
             }
             None => self.end_drain(DrainEnd::Delay, now, actions),
@@ -369,34 +389,50 @@ impl Lifecycle {
     }
 
     /// The hold's rule: relay at the first look that finds the port quiet — nothing in
-    /// flight and no new request for `drain_quiet` — or whose figures cannot be had.
+    /// flight and no new request for `drain_quiet`. A hold without a fresh figure (the
+    /// sampler late, stopped or gone, or unable to read the port) is blind and goes on
+    /// holding: a request may still be in flight, and `--drain-max` bounds it.
     fn on_traffic(&mut self, look: Option<Look>, now: Instant, actions: &mut Actions) {
         let State::Holding {
             since,
             left: seen_before,
             cap_at,
+            blind,
             ..
         } = self.state
         else {
             return; // an answer that came after the hold ended
         };
         // Only figures taken during the hold count: an older sample may predate a
-        // request that came since.
-        let fresh = look.filter(|l| l.taken >= since);
-        let Some(look) = fresh else {
-            if now.saturating_duration_since(since) >= LOOK_STALE {
-                self.end_drain(DrainEnd::GaugeFailed, now, actions);
+        // request that came since; and none older than LOOK_STALE.
+        let fresh = look.filter(|l| {
+            l.taken >= since && now.saturating_duration_since(l.taken) < LOOK_STALE
+        });
+        let why = match fresh {
+            Some(Look {
+                in_flight: None, ..
+            }) => Some(Blindness::CannotRead),
+            Some(_) => None,
+            // The hold's first LOOK_STALE is the sampler's time to answer.
+            None if now.saturating_duration_since(since) >= LOOK_STALE => Some(Blindness::Late),
+            None => return,
+        };
+        if let State::Holding {
+            blind: ref mut b, ..
+        } = self.state
+        {
+            *b = why;
+        }
+        let (Some(look), None) = (fresh, why) else {
+            if let (Some(why), true) = (why, blind != why) {
+                actions.push(Action::HoldBlind {
+                    why,
+                    at_the_latest: cap_at.saturating_duration_since(now),
+                });
             }
             return;
         };
-        if now.saturating_duration_since(look.taken) >= LOOK_STALE {
-            self.end_drain(DrainEnd::GaugeFailed, now, actions);
-            return;
-        }
-        let Some(in_flight) = look.in_flight else {
-            self.end_drain(DrainEnd::GaugeFailed, now, actions);
-            return;
-        };
+        let in_flight = look.in_flight.unwrap_or_default();
         if let State::Holding { ref mut left, .. } = self.state {
             *left = Some(in_flight);
         }
@@ -464,8 +500,13 @@ impl Lifecycle {
         while let Some(due) = self.deadline().filter(|due| *due <= now) {
             match self.state {
                 State::Draining { .. } => self.drain_delay_over(now, actions),
-                State::Holding { cap_at, .. } if due == cap_at => {
-                    self.end_drain(DrainEnd::DrainMax, now, actions)
+                State::Holding { cap_at, blind, .. } if due == cap_at => {
+                    let why = if blind.is_some() {
+                        DrainEnd::Blind
+                    } else {
+                        DrainEnd::DrainMax
+                    };
+                    self.end_drain(why, now, actions)
                 }
                 State::Holding {
                     ref mut look_at, ..
@@ -514,7 +555,7 @@ mod tests {
     use crate::board::Busy;
     use crate::signal_names::{parse_rewrite, HUP, INT};
     use Action::*;
-    use DrainEnd::{AppExited as Exited_, Delay, DrainMax, GaugeFailed, SecondTerm};
+    use DrainEnd::{AppExited as Exited_, Delay, DrainMax, SecondTerm};
     use Event::{AppExited, AppReady, NoChildrenLeft, Tick};
 
     const DRAIN: u64 = 5;
@@ -1031,7 +1072,7 @@ mod tests {
     }
 
     #[test]
-    fn hold_a_failed_sample_counts_as_quiet() {
+    fn hold_a_sampler_that_cannot_read_holds_and_says_why_once() {
         run_table(
             holding(),
             vec![
@@ -1040,7 +1081,21 @@ mod tests {
                 (
                     5.0,
                     look(5.0, None, Some(4.9)),
-                    vec![over(5.0, GaugeFailed, None), relay(TERM)],
+                    vec![HoldBlind {
+                        why: Blindness::CannotRead,
+                        at_the_latest: Duration::from_secs(10),
+                    }],
+                    Phase::Draining,
+                    Some(5.1),
+                ),
+                (5.1, Tick, vec![LookAtTraffic], Phase::Draining, Some(5.2)),
+                (5.1, look(5.1, None, Some(4.9)), vec![], Phase::Draining, Some(5.2)),
+                (14.95, Tick, vec![LookAtTraffic], Phase::Draining, Some(15.0)),
+                (14.95, look(14.9, None, None), vec![], Phase::Draining, Some(15.0)),
+                (
+                    15.0,
+                    Tick,
+                    vec![over(15.0, DrainEnd::Blind, None), relay(TERM)],
                     Phase::Stopping,
                     Some(25.0),
                 ),
@@ -1049,8 +1104,9 @@ mod tests {
     }
 
     #[test]
-    fn hold_a_sampler_that_stopped_never_holds_the_stop() {
-        // No figure at all, then none newer than the hold: relay after LOOK_STALE.
+    fn hold_a_late_sampler_holds_until_a_fresh_look_finds_the_port_quiet() {
+        // Late is not quiet: no figure at all, then none newer than the hold. Blind
+        // after LOOK_STALE, said once; the hold goes on.
         run_table(
             holding(),
             vec![
@@ -1075,13 +1131,39 @@ mod tests {
                 (
                     6.0,
                     look(3.0, Some(3), Some(3.0)),
-                    vec![over(6.0, GaugeFailed, None), relay(TERM)],
+                    vec![HoldBlind {
+                        why: Blindness::Late,
+                        at_the_latest: Duration::from_secs(9),
+                    }],
+                    Phase::Draining,
+                    Some(6.1),
+                ),
+                (8.0, Tick, vec![LookAtTraffic], Phase::Draining, Some(8.1)),
+                (8.0, look(3.0, Some(3), Some(3.0)), vec![], Phase::Draining, Some(8.1)),
+                // The sampler is back: a request still in flight. Announced, held.
+                (9.0, Tick, vec![LookAtTraffic], Phase::Draining, Some(9.1)),
+                (
+                    9.0,
+                    look(8.95, Some(1), Some(8.95)),
+                    vec![HoldBegan {
+                        in_flight: 1,
+                        at_the_latest: Duration::from_secs(6),
+                    }],
+                    Phase::Draining,
+                    Some(9.1),
+                ),
+                (11.0, Tick, vec![LookAtTraffic], Phase::Draining, Some(11.1)),
+                (
+                    11.0,
+                    look(10.95, Some(0), Some(9.5)),
+                    vec![over(11.0, quiet(1.45), Some(0)), relay(TERM)],
                     Phase::Stopping,
                     Some(25.0),
                 ),
             ],
         );
-        // Figures that were coming stop coming: the last one goes stale.
+        // Figures that were coming stop coming: the last one goes stale; blind to the
+        // cap, where the stop goes with the blindness said.
         run_table(
             holding(),
             vec![
@@ -1101,7 +1183,19 @@ mod tests {
                 (
                     6.1,
                     look(5.0, Some(3), Some(5.0)),
-                    vec![over(6.1, GaugeFailed, Some(3)), relay(TERM)],
+                    vec![HoldBlind {
+                        why: Blindness::Late,
+                        at_the_latest: Duration::from_secs_f64(8.9),
+                    }],
+                    Phase::Draining,
+                    Some(6.2),
+                ),
+                (14.95, Tick, vec![LookAtTraffic], Phase::Draining, Some(15.0)),
+                (14.95, look(5.0, Some(3), Some(5.0)), vec![], Phase::Draining, Some(15.0)),
+                (
+                    15.0,
+                    Tick,
+                    vec![over(15.0, DrainEnd::Blind, Some(3)), relay(TERM)],
                     Phase::Stopping,
                     Some(25.0),
                 ),

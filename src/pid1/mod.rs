@@ -84,10 +84,10 @@ pub fn supervise(
     }
     // Bound before the app starts, so an unusable explicit address stops everything
     // with 125 and nothing is left half-started.
-    let hosts = endpoint_addresses(&settings.listen)?;
-    let endpoint = bind_endpoint(&settings.listen, &hosts, &sizes)?;
+    let mut hosts = endpoint_addresses(&settings.listen)?;
+    let endpoint = bind_endpoint(&settings.listen, &mut hosts, &sizes)?;
     let ready_port = match settings.ready_port {
-        Some(port) => Some(bind_ready_port(port, &hosts)?),
+        Some(port) => Some(bind_ready_port(port, &mut hosts)?),
         None => None,
     };
     // Mapped before the fork, so the helper shares it.
@@ -168,6 +168,7 @@ pub fn supervise(
         inflight_port: settings.metrics.inflight_port,
         ready_port: settings.ready_port,
         ready_open: false,
+        ready_retry: None,
         woke_late: Duration::ZERO,
         told_own_signal: false,
     };
@@ -240,27 +241,73 @@ fn why_not_run(program: &str, err: &std::io::Error) -> String {
 const LISTEN_LOOKUP_LIMIT: Duration = Duration::from_secs(2);
 
 /// The addresses of `--listen` (a host name's every address), looked up once; with
-/// the endpoint off, the default's (the ready port listens on the same host).
-fn endpoint_addresses(listen: &cli::Listen) -> anyhow::Result<Vec<std::net::SocketAddr>> {
-    Ok(match &listen.at {
-        Some(cli::ListenAt::Addr(addr)) => vec![*addr],
-        Some(cli::ListenAt::Name { host, port }) => resolve(host, *port)?,
-        None => vec![cli::DEFAULT_LISTEN.parse().expect("valid default")],
-    })
+/// the endpoint off, the default's (the ready port listens on the same host), with
+/// whether they are the dual-stack default that falls back to IPv4 (`any`).
+fn endpoint_addresses(listen: &cli::Listen) -> anyhow::Result<Hosts> {
+    let (addrs, any) = match &listen.at {
+        Some(cli::ListenAt::Addr(addr)) => (vec![*addr], false),
+        Some(cli::ListenAt::Name { host, port }) => (resolve(host, *port)?, false),
+        Some(cli::ListenAt::Any(port)) => (vec![dual_stack(*port)], true),
+        None => (vec![dual_stack(cli::DEFAULT_PORT)], true),
+    };
+    Ok(Hosts { addrs, any })
+}
+
+/// Where the endpoint and the ready port listen.
+struct Hosts {
+    addrs: Vec<std::net::SocketAddr>,
+    /// The addresses are `[::]`, to be taken as `0.0.0.0` where the kernel has no IPv6.
+    any: bool,
+}
+
+fn dual_stack(port: u16) -> std::net::SocketAddr {
+    (std::net::Ipv6Addr::UNSPECIFIED, port).into()
+}
+
+/// `bind` at `addr`; where `addr` is the dual-stack default and the kernel has no IPv6
+/// (booted with `ipv6.disable=1`), at `0.0.0.0` instead, and every later bind on these
+/// hosts too (said once).
+fn bind_either<T>(
+    hosts: &mut Hosts,
+    addr: std::net::SocketAddr,
+    bind: impl Fn(std::net::SocketAddr) -> std::io::Result<T>,
+) -> std::io::Result<(T, std::net::SocketAddr)> {
+    match bind(addr) {
+        Err(err) if hosts.any && kernel::no_ipv6(&err) => {
+            let v4 = std::net::SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), addr.port());
+            logging::info(
+                format!("no IPv6 in this kernel ({err}): listening on IPv4 alone"),
+                &[("addr", &v4)],
+            );
+            for host in &mut hosts.addrs {
+                host.set_ip(v4.ip());
+            }
+            hosts.any = false;
+            Ok((bind(v4)?, v4))
+        }
+        bound => bound.map(|b| (b, addr)),
+    }
 }
 
 /// The ready port's sockets (`--ready-port`), on the endpoint's host, bound and not
 /// listening: the port was named, so a failure to bind it stops lifeguard (125) before
 /// the app starts, naming the address.
-fn bind_ready_port(port: u16, hosts: &[std::net::SocketAddr]) -> anyhow::Result<kernel::ReadyPort> {
+fn bind_ready_port(port: u16, hosts: &mut Hosts) -> anyhow::Result<kernel::ReadyPort> {
     let addrs: Vec<std::net::SocketAddr> = hosts
+        .addrs
         .iter()
         .map(|addr| std::net::SocketAddr::new(addr.ip(), port))
         .collect();
-    let bound = kernel::ReadyPort::bind(&addrs).with_context(|| {
+    let named = |addrs: &[std::net::SocketAddr]| {
         let named: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
         format!("cannot bind --ready-port on {}", named.join(", "))
-    })?;
+    };
+    let bound = match addrs[..] {
+        [one] => bind_either(hosts, one, |addr| kernel::ReadyPort::bind(&[addr]))
+            .map(|(bound, _)| bound),
+        _ => kernel::ReadyPort::bind(&addrs),
+    }
+    .with_context(|| named(&addrs))?;
     logging::info(
         "ready port bound: it listens once the app is ready",
         &[("port", &port)],
@@ -273,7 +320,7 @@ fn bind_ready_port(port: u16, hosts: &[std::net::SocketAddr]) -> anyhow::Result<
 /// warning. Returns them with the number of connections they may hold at once.
 fn bind_endpoint(
     listen: &cli::Listen,
-    addrs: &[std::net::SocketAddr],
+    hosts: &mut Hosts,
     sizes: &EndpointSizes,
 ) -> anyhow::Result<Option<(Vec<std::net::TcpListener>, usize)>> {
     let Some(at) = &listen.at else {
@@ -282,13 +329,12 @@ fn bind_endpoint(
     let limit = kernel::raise_descriptor_limit(MAX_DESCRIPTORS);
     let cap = (limit.saturating_sub(RESERVED_DESCRIPTORS) as usize).min(sizes.max_connections);
     let mut listeners = Vec::new();
-    for &addr in addrs {
-        let bound = std::net::TcpListener::bind(addr).and_then(|l| {
-            l.set_nonblocking(true)?;
-            Ok(l)
+    for addr in hosts.addrs.clone() {
+        let bound = bind_either(hosts, addr, |addr| {
+            kernel::bound_socket(addr, true).map(std::net::TcpListener::from)
         });
         match bound {
-            Ok(listener) => {
+            Ok((listener, addr)) => {
                 // Refinements only: a listener the kernel would not tune still serves.
                 if let Err(err) =
                     kernel::tune_listener(&listener, sizes.receive_buffer, sizes.send_buffer)
@@ -304,7 +350,7 @@ fn bind_endpoint(
             Err(err) if listen.explicit => {
                 return Err(err).with_context(|| match at {
                     cli::ListenAt::Name { .. } => format!("cannot listen on {addr} ({at})"),
-                    cli::ListenAt::Addr(_) => format!("cannot listen on {addr}"),
+                    _ => format!("cannot listen on {addr}"),
                 });
             }
             Err(err) => {

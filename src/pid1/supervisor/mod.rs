@@ -33,6 +33,9 @@ use crate::signal_names;
 /// loop wakes this often to write them.
 const LOG_RETRY: Duration = Duration::from_millis(50);
 
+/// How often a ready port whose listen failed is tried again.
+const READY_RETRY: Duration = Duration::from_secs(1);
+
 pub struct Supervisor<S: Sys> {
     /// Every system call supervision makes.
     pub sys: S,
@@ -62,6 +65,9 @@ pub struct Supervisor<S: Sys> {
     /// `--ready-port`, and whether it listens now.
     pub ready_port: Option<u16>,
     pub ready_open: bool,
+    /// A listen of the ready port failed (the port taken meanwhile): when to try again.
+    /// Never recorded as open meanwhile, and `/readyz` is not ready.
+    pub ready_retry: Option<Instant>,
     /// How much later than it asked the loop's last wait returned (the keeper does not
     /// hold a silence over that time against the helper).
     pub woke_late: Duration,
@@ -224,32 +230,52 @@ impl<S: Sys> Supervisor<S> {
     }
 
     /// Makes the ready port listen or refuse, if it is configured and not so already;
-    /// whether it changed. Nothing is formatted here: the SIGTERM's turn calls it first.
+    /// whether it changed. Nothing is formatted here on the way to closing: the
+    /// SIGTERM's turn calls it first. A listen that fails is not a change: the port
+    /// stays closed, `/readyz` says not ready, and the loop tries again each second
+    /// (`READY_RETRY`), the failure said once a spell.
     fn ready_port_to(&mut self, open: bool) -> bool {
         if self.ready_port.is_none() || self.ready_open == open {
+            if !open {
+                self.ready_retry = None;
+            }
             return false;
         }
-        self.ready_open = open;
-        if let Err(err) = self.sys.set_ready_port(open) {
-            logging::error(
-                format!(
-                    "cannot {} the ready port: {err}",
-                    if open { "open" } else { "close" }
-                ),
-                &[],
-            );
+        match self.sys.set_ready_port(open) {
+            Err(err) if open => {
+                let port = self.ready_port.unwrap_or_default();
+                let said = format!(
+                    "cannot listen on --ready-port {port}: {err}; not ready until it listens (another process took the port?), trying again every second"
+                );
+                if self.ready_retry.is_none() {
+                    logging::error(said, &[]);
+                } else {
+                    logging::debug(said, &[]);
+                }
+                self.board.set_ready_port_failing();
+                self.ready_retry = Some(Instant::now() + READY_RETRY);
+                false
+            }
+            done => {
+                if let Err(err) = done {
+                    logging::error(format!("cannot close the ready port: {err}"), &[]);
+                }
+                self.ready_open = open;
+                self.ready_retry = None;
+                self.board.set_ready_port(open);
+                true
+            }
         }
-        self.board.set_ready_port(open);
-        true
     }
 
-    /// The next instant something is due: the lifecycle's, or the keeper's.
+    /// The next instant something is due: the lifecycle's, the keeper's, or another
+    /// try at the ready port's listen.
     fn deadline(&self) -> Option<Instant> {
         let keeper = self.keeper.deadline(self.board.last_beat());
-        match (self.lifecycle.deadline(), keeper) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        [self.lifecycle.deadline(), keeper, self.ready_retry]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn received(
@@ -374,6 +400,9 @@ impl<S: Sys> Supervisor<S> {
                         in_flight,
                         at_the_latest,
                     } => self.tell_hold_began(in_flight, at_the_latest),
+                    Action::HoldBlind { why, at_the_latest } => {
+                        self.tell_hold_blind(why, at_the_latest)
+                    }
                     Action::DrainOver {
                         after,
                         why,

@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::forwarding::Sent;
 use super::Supervisor;
 use crate::logging;
-use crate::pid1::lifecycle::{AppStatus, DrainEnd, Phase};
+use crate::pid1::lifecycle::{AppStatus, Blindness, DrainEnd, Phase};
 use crate::pid1::sys::Sys;
 use crate::signal_names::{self, Signal};
 
@@ -35,6 +35,22 @@ impl<S: Sys> Supervisor<S> {
                     &crate::seconds::human(Duration::from_millis(at_the_latest.as_millis() as u64)),
                 ),
             ],
+        )
+    }
+
+    /// The hold cannot see the port: late is not quiet, so it holds on, and says why
+    /// once a spell (a stop cut at --drain-max is then explained by this line).
+    pub(super) fn tell_hold_blind(&self, why: Blindness, at_the_latest: Duration) {
+        let what = match why {
+            Blindness::Late => "draining: no fresh look at the port for 1s (the helper is starved of CPU, stopped or restarting): holding the stop signal until a fresh look finds the port quiet, or --drain-max",
+            Blindness::CannotRead => "draining: the helper cannot read the port's sockets (its warning says why): holding the stop signal until --drain-max",
+        };
+        logging::warn(
+            what,
+            &[(
+                "at_the_latest_in",
+                &crate::seconds::human(Duration::from_millis(at_the_latest.as_millis() as u64)),
+            )],
         )
     }
 
@@ -191,9 +207,9 @@ impl<S: Sys> Supervisor<S> {
                 "the app exited during the drain",
                 &[("after", &after_ms), ("in_flight", &in_flight)],
             ),
-            DrainEnd::GaugeFailed => logging::warn(
-                "in-flight figures unavailable: drain over (a broken gauge never holds a stop)",
-                &[("after", &after_ms)],
+            DrainEnd::Blind => logging::warn(
+                "--drain-max reached without a fresh look at the port: requests may still be in flight; relaying the stop signal",
+                &[("after", &after_ms), ("last_in_flight", &in_flight)],
             ),
         }
     }

@@ -264,6 +264,7 @@ fn run_with(
         inflight_port: None,
         ready_port: Some(9596),
         ready_open: false,
+        ready_retry: None,
         woke_late: Duration::ZERO,
         told_own_signal: false,
     };
