@@ -19,7 +19,7 @@ pub use helper_process::{fork_helper, leave, shared_words};
 pub use kill::{is_pid1, own_pid, send, signal_everything_in_namespace};
 pub use limits::{raise_descriptor_limit, tune_listener};
 pub use proc::{
-    descendant_proc_pids, descendants, handles, has_children_besides, own_children, proc_self_pid,
+    children_besides, descendant_proc_pids, descendants, handles, own_children, proc_self_pid,
     proc_view, Descendant, ProcView, SupervisorPending,
 };
 pub use process::{

@@ -303,20 +303,39 @@ fn descendants_by_scan(me: i32, prune: &[i32]) -> Vec<Descendant> {
     found
 }
 
-/// Whether lifeguard has a child other than those in `besides` (the helper processes):
-/// one read of its child list, no walk. Where /proc shows nothing of lifeguard, any
-/// child counts (the caller then walks, or does without).
-pub fn has_children_besides(besides: &[i32]) -> bool {
-    if besides.is_empty() {
-        return super::process::has_children();
+/// Whether lifeguard has a child other than those in `besides` (the helper
+/// processes), `None` where it cannot be told. One read of its child list, no walk;
+/// with an outer namespace's /proc each child's pid there is translated through its
+/// NSpid line (a read per child); on a kernel without child lists, a scan of
+/// lifeguard's own /proc (never of an outer one: no step may cost the host's process
+/// count). With a /proc that shows nothing of lifeguard, or an outer one without child
+/// lists, it cannot be told: the kernel's own count (`waitid`) includes the helper, and
+/// must not be what lifeguard waits for.
+pub fn children_besides(besides: &[i32]) -> Option<bool> {
+    if besides.is_empty() || !super::process::has_children() {
+        return Some(super::process::has_children());
     }
-    match own_children() {
-        // An outer /proc names lifeguard's children by their pids there: the helper's
-        // pid (lifeguard's namespace) cannot be told in it, so count as the kernel does.
-        Some(children) if proc_view() == ProcView::Own => {
-            children.iter().any(|c| !besides.contains(c))
+    let view = proc_view();
+    let children = own_children();
+    match (view, children) {
+        (ProcView::Own, Some(children)) => Some(children.iter().any(|c| !besides.contains(c))),
+        (ProcView::Own, None) => {
+            let me = own_pid();
+            let all = std::fs::read_dir("/proc").ok()?;
+            Some(
+                all.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
+                    .filter(|pid| !besides.contains(pid))
+                    .any(|pid| read_stat(pid).is_some_and(|s| s.ppid == me)),
+            )
         }
-        _ => super::process::has_children(),
+        (ProcView::Outer { depth, .. }, Some(children)) => Some(children.iter().any(|&outer| {
+            std::fs::read_to_string(format!("/proc/{outer}/status"))
+                .ok()
+                .and_then(|status| ns_ids(&status, "NSpid:")?.get(depth).copied())
+                // Gone meanwhile (reaped): not a child any more.
+                .is_some_and(|pid| !besides.contains(&pid))
+        })),
+        _ => None,
     }
 }
 

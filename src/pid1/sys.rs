@@ -29,8 +29,9 @@ pub trait Sys {
     fn signal_everything(&mut self, signal: Signal);
     /// lifeguard's descendants, but those in `prune` and everything below them.
     fn descendants(&mut self, prune: &[i32]) -> Vec<Descendant>;
-    /// Whether lifeguard has a child besides those in `besides`.
-    fn has_children_besides(&mut self, besides: &[i32]) -> bool;
+    /// Whether lifeguard has a child besides those in `besides`; `None`: cannot be told
+    /// (a /proc without lifeguard, or an outer one without child lists).
+    fn children_besides(&mut self, besides: &[i32]) -> Option<bool>;
     fn proc_view(&self) -> ProcView;
     fn is_pid1(&self) -> bool;
     /// Whether `process` catches, blocks or ignores `signal`.
@@ -85,8 +86,8 @@ impl Sys for Kernel {
         kernel::descendants(prune)
     }
 
-    fn has_children_besides(&mut self, besides: &[i32]) -> bool {
-        kernel::has_children_besides(besides)
+    fn children_besides(&mut self, besides: &[i32]) -> Option<bool> {
+        kernel::children_besides(besides)
     }
 
     fn proc_view(&self) -> ProcView {

@@ -17,16 +17,17 @@ impl<S: Sys> Supervisor<S> {
         self.sys.descendants(&helpers)
     }
 
-    /// Whether anything but the helper processes is left among lifeguard's children.
-    pub(super) fn app_left_children(&mut self) -> bool {
+    /// Whether anything but the helper processes is left among lifeguard's children;
+    /// `None` where /proc cannot tell (the kernel's count includes the helper).
+    pub(super) fn app_left_children(&mut self) -> Option<bool> {
         let helpers: Vec<i32> = self.keeper.pids().collect();
-        self.sys.has_children_besides(&helpers)
+        self.sys.children_besides(&helpers)
     }
 
     pub(super) fn signal_remaining(&mut self, signal: Signal, spare_app_group: bool) {
         // The common end: the app left nothing behind (the helper process is not the
-        // app's), so no walk (a cost at every exit).
-        if !self.app_left_children() {
+        // app's), so no walk (a cost at every exit). Where /proc cannot tell, go on.
+        if self.app_left_children() == Some(false) {
             return;
         }
         if self.sys.proc_view() == ProcView::Blind {

@@ -113,10 +113,12 @@ impl<S: Sys> Supervisor<S> {
             self.follow_readiness();
             // The helper stays until supervision has nothing else to wait for: /livez
             // answers `exited` and the last figures can be scraped while what the app
-            // left is stopped.
+            // left is stopped. Where /proc cannot tell the helper from what the app left
+            // (a /proc of another namespace without child lists, or none), it goes at
+            // once: the helper must never be what lifeguard waits for.
             if self.lifecycle.phase() == Phase::Exited
                 && self.keeper.pid().is_some()
-                && !self.app_left_children()
+                && self.app_left_children() != Some(true)
             {
                 self.let_the_helper_go();
             }

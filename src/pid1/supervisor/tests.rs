@@ -26,6 +26,8 @@ struct Wake {
     after_relay: bool,
     /// The helper's app check gives this verdict (and rings supervision's bell).
     check: Option<bool>,
+    /// Comes only once the ready port listens (until then the waits time out).
+    after_open: bool,
 }
 
 fn code(n: i32) -> libc::c_int {
@@ -66,6 +68,12 @@ struct Fake {
     board: Option<HelperBoard>,
     /// Walks of the descendants.
     walks: usize,
+    /// /proc cannot tell lifeguard's children apart (another namespace's, none).
+    blind: bool,
+    /// How many listens of the ready port fail (the port taken), from the first.
+    listen_fails: usize,
+    /// Listens of the ready port that failed.
+    listen_failed: usize,
 }
 
 impl Sys for Fake {
@@ -78,10 +86,11 @@ impl Sys for Fake {
             });
         }
         let relayed = self.sent.contains(&(-APP, TERM));
+        let open = self.ready.last().is_some_and(|(open, _)| *open);
         if self
             .script
             .front()
-            .is_some_and(|w| w.after_relay && !relayed)
+            .is_some_and(|w| (w.after_relay && !relayed) || (w.after_open && !open))
         {
             std::thread::sleep(timeout.expect("a relay is due"));
             return Ok(Woke::default());
@@ -158,8 +167,8 @@ impl Sys for Fake {
             })
             .collect()
     }
-    fn has_children_besides(&mut self, besides: &[i32]) -> bool {
-        self.below.iter().any(|(pid, _)| !besides.contains(pid))
+    fn children_besides(&mut self, besides: &[i32]) -> Option<bool> {
+        (!self.blind).then(|| self.below.iter().any(|(pid, _)| !besides.contains(pid)))
     }
     fn proc_view(&self) -> ProcView {
         ProcView::Own
@@ -175,6 +184,10 @@ impl Sys for Fake {
     }
     fn stop_with_app(&mut self, _: i32) {}
     fn set_ready_port(&mut self, open: bool) -> io::Result<()> {
+        if open && self.listen_failed < self.listen_fails {
+            self.listen_failed += 1;
+            return Err(io::Error::from_raw_os_error(libc::EADDRINUSE));
+        }
         self.ready.push((open, self.sent.len()));
         Ok(())
     }
@@ -237,6 +250,18 @@ fn run_with(
     helper: bool,
     script: Vec<Wake>,
 ) -> (Fake, u8) {
+    run_on(Fake::default(), config, left, check, helper, script)
+}
+
+/// As `run_with`, on a fake with settings of its own (`blind`, `listen_fails`).
+fn run_on(
+    fake: Fake,
+    config: Config,
+    left: bool,
+    check: bool,
+    helper: bool,
+    script: Vec<Wake>,
+) -> (Fake, u8) {
     let mut below = vec![(APP, APP)];
     if left {
         below.push((LEFT, APP));
@@ -246,7 +271,7 @@ fn run_with(
         script: script.into(),
         below,
         board: Some(board.for_helper().unwrap()),
-        ..Default::default()
+        ..fake
     };
     let fake = std::rc::Rc::new(std::cell::RefCell::new(fake));
     let supervisor = Supervisor {
@@ -301,8 +326,8 @@ impl Sys for Shared {
     fn descendants(&mut self, prune: &[i32]) -> Vec<Descendant> {
         self.0.borrow_mut().descendants(prune)
     }
-    fn has_children_besides(&mut self, besides: &[i32]) -> bool {
-        self.0.borrow_mut().has_children_besides(besides)
+    fn children_besides(&mut self, besides: &[i32]) -> Option<bool> {
+        self.0.borrow_mut().children_besides(besides)
     }
     fn proc_view(&self) -> ProcView {
         self.0.borrow().proc_view()
@@ -500,4 +525,65 @@ fn with_no_helper_the_loop_takes_each_signal_in_its_wait_and_relays_it() {
         "{:?}",
         fake.sent
     );
+}
+
+#[test]
+fn where_proc_cannot_tell_the_helper_from_the_apps_leftovers_the_helper_is_not_waited_for() {
+    // A /proc of another namespace without child lists, or none: the kernel's count of
+    // children includes the helper. It goes at the app's exit, and lifeguard exits
+    // with the app's code long before the grace deadline (10 s here).
+    let began = Instant::now();
+    let fake = Fake {
+        blind: true,
+        ..Default::default()
+    };
+    let (fake, code) = run_on(fake, config(0), false, false, true, vec![exit_of(APP, code(3))]);
+    assert_eq!(code, 3);
+    assert!(
+        began.elapsed() < Duration::from_secs(2),
+        "waited {:?}",
+        began.elapsed()
+    );
+    assert!(fake.sent_to(-HELPER).contains(&KILL), "{:?}", fake.sent);
+}
+
+#[test]
+fn a_ready_port_whose_listen_fails_is_never_recorded_open_and_is_tried_again() {
+    // The port taken by another socket: two listens fail, a second apart; the third
+    // opens it. Until then the Board says it cannot listen (/readyz not ready).
+    let fake = Fake {
+        listen_fails: 2,
+        ..Default::default()
+    };
+    let began = Instant::now();
+    let (fake, code) = run_on(
+        fake,
+        config(0),
+        false,
+        false,
+        true,
+        vec![
+            Wake {
+                signals: vec![TERM],
+                after_open: true,
+                ..Default::default()
+            },
+            exit_of(APP, code(0)),
+        ],
+    );
+    assert_eq!(code, 0);
+    assert_eq!(fake.listen_failed, 2);
+    assert_eq!(fake.ready, vec![(true, 0), (false, 0)]);
+    let took = began.elapsed();
+    assert!(took >= Duration::from_secs(2), "retried after {took:?}");
+}
+
+#[test]
+fn a_failed_listen_tells_readiness_the_port_cannot_listen() {
+    let board = Board::new().unwrap();
+    let helper = board.for_helper().unwrap();
+    board.set_ready_port_failing();
+    assert!(helper.ready_port_failing() && !helper.ready_port_open());
+    board.set_ready_port(true);
+    assert!(!helper.ready_port_failing() && helper.ready_port_open());
 }
