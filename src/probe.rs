@@ -404,10 +404,7 @@ mod tests {
             }),
             explicit: true,
         };
-        assert_eq!(
-            uris(named),
-            ("http://localhost:9596/readyz".into(), None)
-        );
+        assert_eq!(uris(named), ("http://localhost:9596/readyz".into(), None));
         assert!(target_uri(&ProbeTarget::Ready, listening_on(None))
             .unwrap_err()
             .contains("off"));

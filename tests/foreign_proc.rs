@@ -101,3 +101,75 @@ fn job_control_reads_the_right_processes_signal_state() {
     run.signal(libc::SIGINT);
     run.expect_exit(0);
 }
+
+/// `sh -c 'sleep 1; exit 3'` with the endpoint on (so a helper process runs beside the
+/// app) and a 20 s grace, started by `start`: lifeguard must exit 3 right after the
+/// app, not wait the grace for its own helper.
+fn an_exit_with_the_endpoint_on_is_not_held_by_the_helper(
+    what: &str,
+    start: impl FnOnce(&[&str]) -> Run,
+) {
+    let port = free_port();
+    let listen = listen_flag(port);
+    let started = Instant::now();
+    let mut run = start(&[
+        "-v",
+        "--listen",
+        &listen,
+        "--grace",
+        "20s",
+        "--",
+        "sh",
+        "-c",
+        "sleep 1; exit 3",
+    ]);
+    run.expect_exit(3);
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_secs(3),
+        "{what}: an app that runs 1 s ended lifeguard after {took:?} (the helper was waited for)\n{}",
+        run.transcript()
+    );
+    assert!(
+        !run.stderr().iter().any(|l| l.contains("grace deadline")),
+        "{what}\n{}",
+        run.transcript()
+    );
+}
+
+#[test]
+fn with_another_namespaces_proc_the_helper_never_holds_the_apps_exit() {
+    an_exit_with_the_endpoint_on_is_not_held_by_the_helper("host /proc", |args| {
+        start(Mode::Pid1HostProc, args)
+    });
+}
+
+#[test]
+fn with_no_proc_at_all_the_helper_never_holds_the_apps_exit() {
+    // /proc unmounted in the container's mount namespace (some sandboxes mount none).
+    an_exit_with_the_endpoint_on_is_not_held_by_the_helper("no /proc", |args| {
+        start_under(
+            Mode::Pid1,
+            &["sh", "-c", "umount -l /proc && exec \"$0\" \"$@\""],
+            args,
+        )
+    });
+}
+
+#[test]
+fn without_child_lists_the_helper_never_holds_the_apps_exit() {
+    // A kernel built without CONFIG_PROC_CHILDREN has no /proc/PID/task/TID/children:
+    // an empty file system over lifeguard's own task directory gives PID 1 the same
+    // view (the rest of /proc stays, so its own /proc is scanned instead).
+    an_exit_with_the_endpoint_on_is_not_held_by_the_helper("no child lists", |args| {
+        start_under(
+            Mode::Pid1,
+            &[
+                "sh",
+                "-c",
+                "mount -t tmpfs none /proc/1/task && exec \"$0\" \"$@\"",
+            ],
+            args,
+        )
+    });
+}

@@ -167,17 +167,50 @@ fn it_is_refused_once_the_app_has_exited_while_lifeguard_waits_for_what_it_left(
     drop(target);
 }
 
+/// The network namespace's `TcpExt: ListenOverflows` and `ListenDrops`: a SYN dropped
+/// for a full accept queue is retried by the client within its timeout, so only these
+/// counters show that a probe found the queue full.
+fn overflows_and_drops() -> (u64, u64) {
+    let text = std::fs::read_to_string("/proc/thread-self/net/netstat").unwrap();
+    let mut lines = text.lines();
+    while let (Some(names), Some(values)) = (lines.next(), lines.next()) {
+        if !names.starts_with("TcpExt:") {
+            continue;
+        }
+        let pairs: Vec<(&str, u64)> = names
+            .split_whitespace()
+            .zip(values.split_whitespace())
+            .filter_map(|(n, v)| Some((n, v.parse().ok()?)))
+            .collect();
+        let of = |name: &str| pairs.iter().find(|(n, _)| *n == name).map_or(0, |p| p.1);
+        return (of("ListenOverflows"), of("ListenDrops"));
+    }
+    panic!("no TcpExt in /proc/net/netstat");
+}
+
 #[test]
 fn ten_thousand_probes_connect_and_the_queue_is_emptied() {
-    // In a network namespace of its own: the probes' 10,000 TIME_WAIT entries stay there.
+    // In a network namespace of its own: the probes' 10,000 TIME_WAIT entries stay
+    // there, and its overflow counters are the ready port's alone. In ten bursts of
+    // 1,000, each let through once the helper has emptied the queue: the queue holds
+    // 4,096, and the helper takes connections off it once a second while idle (every
+    // 50 ms while probes come), so a burst of more than 4,096 within one idle second
+    // overflows it (docs/lifecycle.md says so); no orchestrator probes at that rate.
     netns::in_own_netns(|| {
         let ready = free_port();
         let ready_text = ready.to_string();
         let mut run = start(Mode::Pid1, &args(&["--ready-port", &ready_text], &[]));
         run.ready();
         wait_open(ready);
+        let before = overflows_and_drops();
         let started = Instant::now();
-        let failed = (0..10_000).filter(|_| !probe(ready)).count();
+        let mut failed = 0;
+        for _ in 0..10 {
+            failed += (0..1_000).filter(|_| !probe(ready)).count();
+            wait_until("the ready port's queue to be emptied", || {
+                (accept_queue(ready) == Some(0)).then_some(())
+            });
+        }
         let took = started.elapsed();
         assert_eq!(
             failed,
@@ -185,12 +218,128 @@ fn ten_thousand_probes_connect_and_the_queue_is_emptied() {
             "of 10,000 probes in {took:?}\n{}",
             run.transcript()
         );
-        wait_until("the ready port's queue to be emptied", || {
-            (accept_queue(ready) == Some(0)).then_some(())
-        });
+        assert_eq!(
+            overflows_and_drops(),
+            before,
+            "(ListenOverflows, ListenDrops) rose: a probe's SYN was dropped and retried\n{}",
+            run.transcript()
+        );
         run.signal(libc::SIGTERM);
         run.expect_exit(0);
     });
+}
+
+#[test]
+fn a_socket_that_tries_to_take_the_port_cannot_and_ready_means_lifeguards_port() {
+    // Go, Node and Python servers bind with SO_REUSEADDR, which lets a second socket
+    // bind a port whose holder does not listen, and then listen before it. The
+    // squatter binds first, before lifeguard starts, and once more while lifeguard
+    // waits for the app check: it never gets to listen, and the port that answers
+    // when lifeguard says ready is lifeguard's (its queue is emptied by the helper).
+    let check_port = free_port();
+    let (mut run, ready) = {
+        let ready_port = free_port();
+        let early = squat(ready_port);
+        let ready_text = ready_port.to_string();
+        let check = format!("127.0.0.1:{check_port}");
+        let run = start(
+            Mode::Pid1,
+            &args(
+                &[
+                    "-v",
+                    "--ready-port",
+                    &ready_text,
+                    "--listen",
+                    "127.0.0.1:0",
+                    "--ready-tcp",
+                    &check,
+                    "--ready-interval",
+                    "100ms",
+                ],
+                &[],
+            ),
+        );
+        run.ready();
+        run.expect_log("ready port bound");
+        // The early squatter, bound before lifeguard, cannot listen now.
+        let listened = early.and_then(|fd| listen_on(&fd));
+        assert!(
+            listened.is_err(),
+            "a socket bound before lifeguard listened on the ready port\n{}",
+            run.transcript()
+        );
+        (run, ready_port)
+    };
+    assert!(
+        squat(ready).is_err(),
+        "a socket with SO_REUSEADDR bound the ready port while it was closed"
+    );
+    let target = TcpListener::bind(("127.0.0.1", check_port)).unwrap();
+    wait_open(ready);
+    run.expect_log("ready port listening");
+    assert!(squat(ready).is_err());
+    assert!(!run
+        .stderr()
+        .iter()
+        .any(|l| l.contains("cannot listen on --ready-port")));
+    // The probes land in lifeguard's queue, which its helper empties.
+    for _ in 0..100 {
+        assert!(probe(ready));
+    }
+    wait_until("lifeguard's helper to empty the queue", || {
+        (accept_queue(ready) == Some(0)).then_some(())
+    });
+    run.signal(libc::SIGTERM);
+    run.expect_exit(0);
+    drop(target);
+}
+
+/// A socket bound to 127.0.0.1:`port` with SO_REUSEADDR, as servers bind (not listening).
+fn squat(port: u16) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain socket calls on a descriptor this function owns; the OwnedFd closes it.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let owned = std::os::fd::OwnedFd::from_raw_fd(fd);
+        let one: libc::c_int = 1;
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_REUSEADDR,
+            &one as *const _ as *const libc::c_void,
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+        let addr = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: port.to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(std::net::Ipv4Addr::LOCALHOST).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let rc = libc::bind(
+            fd,
+            &addr as *const libc::sockaddr_in as *const libc::sockaddr,
+            std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+        );
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(owned)
+    }
+}
+
+fn listen_on(fd: &std::os::fd::OwnedFd) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: listen on a descriptor the caller owns.
+    if unsafe { libc::listen(fd.as_raw_fd(), 16) } == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 #[test]

@@ -52,7 +52,10 @@ pub enum ListenAt {
     /// reached as well as an IPv4 one; `0.0.0.0` where the kernel has no IPv6.
     Any(u16),
     Addr(SocketAddr),
-    Name { host: String, port: u16 },
+    Name {
+        host: String,
+        port: u16,
+    },
 }
 
 impl ListenAt {

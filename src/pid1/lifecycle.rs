@@ -405,9 +405,8 @@ impl Lifecycle {
         };
         // Only figures taken during the hold count: an older sample may predate a
         // request that came since; and none older than LOOK_STALE.
-        let fresh = look.filter(|l| {
-            l.taken >= since && now.saturating_duration_since(l.taken) < LOOK_STALE
-        });
+        let fresh = look
+            .filter(|l| l.taken >= since && now.saturating_duration_since(l.taken) < LOOK_STALE);
         let why = match fresh {
             Some(Look {
                 in_flight: None, ..
@@ -1089,9 +1088,27 @@ mod tests {
                     Some(5.1),
                 ),
                 (5.1, Tick, vec![LookAtTraffic], Phase::Draining, Some(5.2)),
-                (5.1, look(5.1, None, Some(4.9)), vec![], Phase::Draining, Some(5.2)),
-                (14.95, Tick, vec![LookAtTraffic], Phase::Draining, Some(15.0)),
-                (14.95, look(14.9, None, None), vec![], Phase::Draining, Some(15.0)),
+                (
+                    5.1,
+                    look(5.1, None, Some(4.9)),
+                    vec![],
+                    Phase::Draining,
+                    Some(5.2),
+                ),
+                (
+                    14.95,
+                    Tick,
+                    vec![LookAtTraffic],
+                    Phase::Draining,
+                    Some(15.0),
+                ),
+                (
+                    14.95,
+                    look(14.9, None, None),
+                    vec![],
+                    Phase::Draining,
+                    Some(15.0),
+                ),
                 (
                     15.0,
                     Tick,
@@ -1139,7 +1156,13 @@ mod tests {
                     Some(6.1),
                 ),
                 (8.0, Tick, vec![LookAtTraffic], Phase::Draining, Some(8.1)),
-                (8.0, look(3.0, Some(3), Some(3.0)), vec![], Phase::Draining, Some(8.1)),
+                (
+                    8.0,
+                    look(3.0, Some(3), Some(3.0)),
+                    vec![],
+                    Phase::Draining,
+                    Some(8.1),
+                ),
                 // The sampler is back: a request still in flight. Announced, held.
                 (9.0, Tick, vec![LookAtTraffic], Phase::Draining, Some(9.1)),
                 (
@@ -1190,8 +1213,20 @@ mod tests {
                     Phase::Draining,
                     Some(6.2),
                 ),
-                (14.95, Tick, vec![LookAtTraffic], Phase::Draining, Some(15.0)),
-                (14.95, look(5.0, Some(3), Some(5.0)), vec![], Phase::Draining, Some(15.0)),
+                (
+                    14.95,
+                    Tick,
+                    vec![LookAtTraffic],
+                    Phase::Draining,
+                    Some(15.0),
+                ),
+                (
+                    14.95,
+                    look(5.0, Some(3), Some(5.0)),
+                    vec![],
+                    Phase::Draining,
+                    Some(15.0),
+                ),
                 (
                     15.0,
                     Tick,

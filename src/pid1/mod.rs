@@ -303,8 +303,9 @@ fn bind_ready_port(port: u16, hosts: &mut Hosts) -> anyhow::Result<kernel::Ready
         format!("cannot bind --ready-port on {}", named.join(", "))
     };
     let bound = match addrs[..] {
-        [one] => bind_either(hosts, one, |addr| kernel::ReadyPort::bind(&[addr]))
-            .map(|(bound, _)| bound),
+        [one] => {
+            bind_either(hosts, one, |addr| kernel::ReadyPort::bind(&[addr])).map(|(bound, _)| bound)
+        }
         _ => kernel::ReadyPort::bind(&addrs),
     }
     .with_context(|| named(&addrs))?;

@@ -537,7 +537,14 @@ fn where_proc_cannot_tell_the_helper_from_the_apps_leftovers_the_helper_is_not_w
         blind: true,
         ..Default::default()
     };
-    let (fake, code) = run_on(fake, config(0), false, false, true, vec![exit_of(APP, code(3))]);
+    let (fake, code) = run_on(
+        fake,
+        config(0),
+        false,
+        false,
+        true,
+        vec![exit_of(APP, code(3))],
+    );
     assert_eq!(code, 3);
     assert!(
         began.elapsed() < Duration::from_secs(2),
