@@ -16,6 +16,14 @@
 //!   give none. The samples are the answers the dumps find idle; which answer that is
 //!   depends on the gap after it, not on its length, so the distribution is not skewed
 //!   towards slow or fast answers where clients pause between requests.
+//! - Each answer counts once: a response still being sent at the next dump (a download,
+//!   a server-sent event stream) is the same request (no byte received since), and is
+//!   not sampled again, so a long stream does not fill the histogram at every look.
+//!   Its one sample is taken at the first dump that finds it sending: the time to the
+//!   last byte sent by then.
+//! - Only established connections count. One the client has closed (CLOSE_WAIT), whose
+//!   FIN the app has yet to read, is not a request waiting: it would pin the oldest age
+//!   until the app closes it.
 //! - Both clocks tick in jiffies (4 ms at the common HZ=250), so each figure is good to
 //!   a jiffy.
 #![forbid(unsafe_code)]
@@ -23,7 +31,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use netlink_packet_sock_diag::constants::{TCP_CLOSE_WAIT, TCP_ESTABLISHED};
+use netlink_packet_sock_diag::constants::TCP_ESTABLISHED;
 
 use super::count::SockRecord;
 
@@ -64,10 +72,11 @@ impl ResponseTimes {
 }
 
 /// What the previous dumps left: each connection's bytes sent at the last dump (a change
-/// is an answer since), and the oldest waiting request's arrival.
+/// is an answer since) and its bytes received when its last answer was sampled (the
+/// same count is the same request), and the oldest waiting request's arrival.
 #[derive(Debug, Default)]
 pub struct Ages {
-    sent: HashMap<u64, u64>,
+    sent: HashMap<u64, (u64, Option<u64>)>,
     /// A dump has been read: the next one's answers are new (the first dump's are of
     /// unknown age, and are not counted).
     started: bool,
@@ -86,7 +95,7 @@ impl Ages {
         let mut sent = HashMap::with_capacity(self.sent.len());
         let mut oldest: Option<Duration> = None;
         for socket in sockets {
-            if !matches!(socket.state, TCP_ESTABLISHED | TCP_CLOSE_WAIT) {
+            if socket.state != TCP_ESTABLISHED {
                 continue;
             }
             let Some(info) = socket.info else {
@@ -98,18 +107,25 @@ impl Ages {
             // Both clocks are "milliseconds ago": the smaller is the more recent.
             let (recv, out) = (info.last_data_recv_ms, info.last_data_sent_ms);
             let waiting = socket.rqueue > 0 || info.bytes_sent == 0 || recv < out;
+            let (sent_before, mut answered) = self
+                .sent
+                .get(&socket.cookie)
+                .copied()
+                .unwrap_or((u64::MAX, None));
             if waiting {
                 // A connection still in the accept queue (no socket file yet) counts too:
                 // its request has been received, and waits.
                 let age = Duration::from_millis(u64::from(recv));
                 oldest = Some(oldest.map_or(age, |o| o.max(age)));
-            } else if self.started
-                && self.sent.get(&socket.cookie) != Some(&info.bytes_sent)
-                && socket.inode != 0
-            {
-                responses.record(Duration::from_millis(u64::from(recv - out)));
+            } else if answered != Some(info.bytes_received) {
+                // Answered, and not sampled yet (the first dump's answers are of unknown
+                // age: marked, not counted).
+                if self.started && sent_before != info.bytes_sent && socket.inode != 0 {
+                    responses.record(Duration::from_millis(u64::from(recv - out)));
+                }
+                answered = Some(info.bytes_received);
             }
-            sent.insert(socket.cookie, info.bytes_sent);
+            sent.insert(socket.cookie, (info.bytes_sent, answered));
         }
         self.sent = sent;
         self.started = true;
@@ -213,6 +229,34 @@ mod tests {
         ages.forget();
         ages.dumped(t1, &[conn(1, 0, info(300, 1000, 30, 5))], &mut times);
         assert_eq!(times.count, 3);
+    }
+
+    #[test]
+    fn a_long_answer_counts_once_and_a_closing_connection_not_at_all() {
+        let t0 = Instant::now() + Duration::from_secs(100);
+        let mut ages = Ages::default();
+        let mut times = ResponseTimes::default();
+        ages.dumped(t0, &[conn(1, 0, info(80, 0, 10, 10))], &mut times);
+        // A stream: its request's answer goes on for three dumps, no byte received since.
+        for (n, sent) in [(1u64, 4_000u64), (2, 9_000), (3, 15_000)] {
+            let at = t0 + Duration::from_secs(n);
+            let ago = 1000 * n as u32;
+            ages.dumped(at, &[conn(1, 0, info(80, sent, ago + 10, 2))], &mut times);
+        }
+        assert_eq!(times.count, 1, "one request, one sample");
+        // A new request on it, answered: a second sample.
+        let at = t0 + Duration::from_secs(4);
+        ages.dumped(at, &[conn(1, 0, info(160, 16_000, 30, 10))], &mut times);
+        assert_eq!(times.count, 2);
+        // The client closed; the app has not read the FIN nor the bytes before it: not a
+        // request waiting, and no age pinned.
+        let closing = SockRecord {
+            state: netlink_packet_sock_diag::constants::TCP_CLOSE_WAIT,
+            ..conn(2, 40, info(200, 100, 60_000, 70_000))
+        };
+        ages.dumped(at, &[closing], &mut times);
+        assert_eq!(ages.oldest(at), Duration::ZERO);
+        assert_eq!(times.count, 2);
     }
 
     #[test]
