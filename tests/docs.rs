@@ -307,3 +307,41 @@ fn probe_examples_and_the_process_model_agree_with_the_examples() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
 }
+
+/// The rules of where users run it, said where a reader looks, and the old ones gone:
+/// the default endpoint is dual-stack, a drain that cannot see holds (late is not
+/// quiet), the ready port is lifeguard's alone. A doc that still promised the old rule
+/// ("a broken gauge never holds a stop", the endpoint on `0.0.0.0:9595`) would tell an
+/// IPv6-only pod's owner or a saturated service's that it works as it did in 0.2.0.
+#[test]
+fn the_environment_rules_are_said_and_the_old_ones_are_gone() {
+    let man = read("man/lifeguard.1");
+    let mut everywhere: Vec<(String, String)> = prose();
+    everywhere.push(("man/lifeguard.1".into(), man.clone()));
+    everywhere.push(("SECURITY.md".into(), read("SECURITY.md")));
+    for (name, text) in &everywhere {
+        let flat = text.replace('\n', " ");
+        for stale in [
+            "broken gauge never holds",
+            "cannot be read count as quiet",
+            "helper never holds a stop",
+            "listens on `0.0.0.0:9595`",
+            "Default \\fB0.0.0.0:9595\\fR",
+            "for every IPv4 address",
+        ] {
+            assert!(!flat.contains(stale), "{name} still says {stale:?}");
+        }
+    }
+    let flat = man.replace('\n', " ");
+    for said in [
+        "Default \\fB[::]:9595\\fR",
+        "Late is not quiet",
+        "LIFEGUARD_READY_PORT",
+        "tried again every second",
+    ] {
+        assert!(flat.contains(said), "the man page does not say {said:?}");
+    }
+    let help = lifeguard().arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).replace('\n', " ");
+    assert!(help.contains("[::]:9595"), "--help's default for --listen");
+}
