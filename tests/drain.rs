@@ -662,12 +662,7 @@ fn a_helper_killed_during_the_drain_makes_the_hold_look_a_whole_quiet_period_afr
             true,
         );
         wait_for_answer(endpoint, "/readyz", 200, "ready");
-        let helper = wait_until("the helper process", || {
-            children(run.pid).into_iter().find(|pid| {
-                std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                    .is_ok_and(|comm| comm.trim() == "lifeguard-helpe")
-            })
-        });
+        let helper = helper_of(&run);
         let stream = request_in_flight(&run, app_port, "/slow/1500");
         run.signal(libc::SIGTERM);
         let answered = answer(stream);

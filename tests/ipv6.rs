@@ -5,7 +5,6 @@
 //! its loopback (127.0.0.1 removed), as such a pod reaches itself.
 mod common;
 
-use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
@@ -14,24 +13,7 @@ use common::*;
 
 /// GET `path` on `addr`: (status, body), or the error.
 fn get_at(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(3))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        stream,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut text = String::new();
-    stream.read_to_string(&mut text)?;
-    let status = text
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(0);
-    let body = text
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.trim().to_string())
-        .unwrap_or_default();
-    Ok((status, body))
+    request_at(addr, "GET", path)
 }
 
 fn connects(addr: SocketAddr) -> bool {

@@ -572,8 +572,13 @@ pub fn free_port() -> u16 {
 
 /// One request on a fresh connection: (status, body), or the connect/read error.
 pub fn request(port: u16, method: &str, path: &str) -> std::io::Result<(u16, String)> {
-    let text = exchange(
-        port,
+    request_at(([127, 0, 0, 1], port).into(), method, path)
+}
+
+/// `request` to any address (`[::1]`, say).
+pub fn request_at(addr: SocketAddr, method: &str, path: &str) -> std::io::Result<(u16, String)> {
+    let text = exchange_at(
+        addr,
         &format!("{method} {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
     )?;
     let status = text
@@ -590,7 +595,10 @@ pub fn request(port: u16, method: &str, path: &str) -> std::io::Result<(u16, Str
 
 /// Sends `raw` on a fresh connection and returns everything that comes back.
 pub fn exchange(port: u16, raw: &str) -> std::io::Result<String> {
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
+    exchange_at(([127, 0, 0, 1], port).into(), raw)
+}
+
+fn exchange_at(addr: SocketAddr, raw: &str) -> std::io::Result<String> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;
     stream.write_all(raw.as_bytes())?;
