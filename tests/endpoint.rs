@@ -587,13 +587,14 @@ fn a_host_name_listens_on_every_address_it_resolves_to() {
 
 #[test]
 fn a_busy_default_address_costs_a_warning_only() {
-    // Occupy the default port (or find it occupied already): either way it is busy.
+    // Occupy the default port (or find it occupied already): either way it is busy (an
+    // IPv4 listener on it stops the dual-stack default too).
     let _held = TcpListener::bind("0.0.0.0:9595");
     let mut run = start_with(Mode::Subreaper, &app(&["--exit", "3"]), |c| {
         c.env_remove("LIFEGUARD_LISTEN");
     });
     run.expect_exit(3);
-    run.expect_log("cannot listen on the default address 0.0.0.0:9595");
+    run.expect_log("cannot listen on the default address [::]:9595");
 }
 
 fn probe(args: &[&str]) -> (i32, String, Duration) {
