@@ -4,7 +4,7 @@
 #![forbid(unsafe_code)]
 
 use std::io::{Read, Write};
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
+use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use crate::cli::{Listen, ListenAt, ProbeTarget};
@@ -16,14 +16,7 @@ pub fn run(target: &ProbeTarget, listen: Listen, timeout: Duration) -> u8 {
         Err(reason) => return fail(&reason),
     };
     let deadline = Instant::now() + timeout;
-    // An endpoint on every address is asked over IPv4's loopback, then IPv6's where
-    // that cannot be reached (a network namespace with ::1 alone).
-    let mut answer = get(&uri, deadline);
-    let mut uri = uri;
-    if let (Err(Failure::NoConnection(_)), Some(v6)) = (&answer, also) {
-        answer = get(&v6, deadline);
-        uri = v6;
-    }
+    let answer = get(&uri, deadline, also);
     // An answer that came after the deadline is late too: a process starved of CPU (in
     // a cgroup at its quota) may get back to it long after, and HEALTHCHECK and the
     // orchestrators count the probe's timeout, not the server's.
@@ -40,7 +33,7 @@ pub fn run(target: &ProbeTarget, listen: Listen, timeout: Duration) -> u8 {
                 fail(&format!("GET {uri} answered {status} {body}"))
             }
         }
-        Err(Failure::Reason(reason) | Failure::NoConnection(reason)) => fail(&reason),
+        Err(Failure::Reason(reason)) => fail(&reason),
         Err(Failure::Late) => fail(&format!(
             "GET {uri}: no answer within {}",
             crate::seconds::human(timeout)
@@ -50,8 +43,6 @@ pub fn run(target: &ProbeTarget, listen: Listen, timeout: Duration) -> u8 {
 
 enum Failure {
     Reason(String),
-    /// Nothing could be connected to (a reason too).
-    NoConnection(String),
     /// The deadline passed first.
     Late,
 }
@@ -64,12 +55,17 @@ const MAX_ANSWER: usize = 256 * 1024;
 /// async runtime and an HTTP client library cost more than the request itself (they
 /// were about 0.6 ms of CPU a probe: bench/health_at_peak.py); the answer it reads is
 /// a status line, headers, and a body sized by Content-Length, chunked, or the close.
-fn get(uri: &hyper::Uri, deadline: Instant) -> Result<(u16, String), Failure> {
+/// `also`: an address to try when the URI's cannot be connected to.
+fn get(
+    uri: &hyper::Uri,
+    deadline: Instant,
+    also: Option<SocketAddr>,
+) -> Result<(u16, String), Failure> {
     let host = uri
         .host()
         .ok_or_else(|| Failure::Reason(format!("{uri} has no host")))?;
     let port = uri.port_u16().unwrap_or(80);
-    let mut stream = connect(host, port, deadline)?;
+    let mut stream = connect(host, port, deadline, also)?;
     let _ = stream.set_nodelay(true);
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
     let authority = uri.authority().map_or(host, |a| a.as_str());
@@ -143,10 +139,15 @@ fn timed_out(err: &std::io::Error) -> bool {
 }
 
 /// Connects to `host` (an address, `[IPv6]`, or a name looked up within the deadline)
-/// and `port` by the deadline.
-fn connect(host: &str, port: u16, deadline: Instant) -> Result<TcpStream, Failure> {
+/// and `port` by the deadline; then to `also`, if given.
+fn connect(
+    host: &str,
+    port: u16,
+    deadline: Instant,
+    also: Option<SocketAddr>,
+) -> Result<TcpStream, Failure> {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
-    let addrs: Vec<SocketAddr> = match address(host) {
+    let mut addrs: Vec<SocketAddr> = match address(host) {
         Some(ip) => vec![SocketAddr::new(ip, port)],
         None => match crate::lookup::within(bare, port, left(deadline)?) {
             Some(Ok(addrs)) => addrs,
@@ -159,6 +160,7 @@ fn connect(host: &str, port: u16, deadline: Instant) -> Result<TcpStream, Failur
             None => return Err(Failure::Late),
         },
     };
+    addrs.extend(also);
     let mut failure = String::from("no address");
     for addr in addrs {
         match TcpStream::connect_timeout(&addr, left(deadline)?) {
@@ -167,7 +169,7 @@ fn connect(host: &str, port: u16, deadline: Instant) -> Result<TcpStream, Failur
             Err(e) => failure = short(&e),
         }
     }
-    Err(Failure::NoConnection(format!(
+    Err(Failure::Reason(format!(
         "cannot connect to {host}:{port}: {failure}"
     )))
 }
@@ -273,12 +275,12 @@ fn fail(reason: &str) -> u8 {
 }
 
 /// lifeguard's own endpoint, reached over loopback when it listens on every address:
-/// 127.0.0.1, and `[::1]` as a second try for a dual-stack endpoint (an IPv6-only
+/// 127.0.0.1, and for a dual-stack endpoint `[::1]` as a second try (an IPv6-only
 /// network namespace has no 127.0.0.1).
 fn target_uri(
     target: &ProbeTarget,
     listen: Listen,
-) -> Result<(hyper::Uri, Option<hyper::Uri>), String> {
+) -> Result<(hyper::Uri, Option<SocketAddr>), String> {
     let path = match target {
         ProbeTarget::Url(uri) => return Ok((uri.clone(), None)),
         ProbeTarget::Ready => "/readyz",
@@ -287,31 +289,29 @@ fn target_uri(
     let at = listen
         .at
         .ok_or("the endpoint is off (--listen off / LIFEGUARD_LISTEN=off); give --probe a URL")?;
-    let uri = |addr: SocketAddr| -> Result<hyper::Uri, String> {
-        format!("http://{addr}{path}")
-            .parse()
-            .map_err(|e| format!("{addr}: {e}"))
-    };
-    let v4 = |port| SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port);
-    let v6 = |port| SocketAddr::new(Ipv6Addr::LOCALHOST.into(), port);
-    match at {
+    let (addr, also) = match at {
         // The name the endpoint was bound to, looked up by the probe's own client.
-        ListenAt::Name { host, port } => Ok((
-            format!("http://{host}:{port}{path}")
+        ListenAt::Name { host, port } => {
+            return format!("http://{host}:{port}{path}")
                 .parse()
-                .map_err(|e| format!("{host}:{port}: {e}"))?,
-            None,
-        )),
+                .map(|uri| (uri, None))
+                .map_err(|e| format!("{host}:{port}: {e}"));
+        }
         // lifeguard binds `[::]` dual-stack (IPV6_V6ONLY off) itself.
-        ListenAt::Any(port) => Ok((uri(v4(port))?, Some(uri(v6(port))?))),
-        ListenAt::Addr(addr) => match addr.ip() {
-            IpAddr::V4(ip) if ip.is_unspecified() => Ok((uri(v4(addr.port()))?, None)),
-            IpAddr::V6(ip) if ip.is_unspecified() => {
-                Ok((uri(v4(addr.port()))?, Some(uri(v6(addr.port()))?)))
-            }
-            _ => Ok((uri(addr)?, None)),
-        },
-    }
+        ListenAt::Any(port) => (SocketAddr::new(Ipv6Addr::UNSPECIFIED.into(), port), true),
+        ListenAt::Addr(addr) => (addr, addr.is_ipv6()),
+    };
+    let (addr, also) = match addr.ip() {
+        ip if ip.is_unspecified() => (
+            SocketAddr::new(Ipv4Addr::LOCALHOST.into(), addr.port()),
+            also.then(|| SocketAddr::new(Ipv6Addr::LOCALHOST.into(), addr.port())),
+        ),
+        _ => (addr, None),
+    };
+    format!("http://{addr}{path}")
+        .parse()
+        .map(|uri| (uri, also))
+        .map_err(|e| format!("{addr}: {e}"))
 }
 
 #[cfg(test)]
@@ -359,15 +359,15 @@ mod tests {
             .unwrap();
         let asked = Instant::now();
         assert!(matches!(
-            get(&uri, asked + Duration::from_millis(200)),
+            get(&uri, asked + Duration::from_millis(200), None),
             Err(Failure::Late)
         ));
         assert!(asked.elapsed() < Duration::from_secs(2));
         let port = silent.local_addr().unwrap().port();
         drop(silent);
         let uri: hyper::Uri = format!("http://127.0.0.1:{port}/").parse().unwrap();
-        match get(&uri, Instant::now() + Duration::from_secs(1)) {
-            Err(Failure::NoConnection(r)) => assert!(r.contains("connection refused"), "{r}"),
+        match get(&uri, Instant::now() + Duration::from_secs(1), None) {
+            Err(Failure::Reason(r)) => assert!(r.contains("connection refused"), "{r}"),
             _ => panic!("a closed port connected"),
         }
     }
@@ -376,7 +376,7 @@ mod tests {
     fn probes_reach_the_endpoint_over_loopback() {
         let uris = |listen| {
             let (first, then) = target_uri(&ProbeTarget::Ready, listen).unwrap();
-            (first.to_string(), then.map(|u| u.to_string()))
+            (first.to_string(), then.map(|a| a.to_string()))
         };
         assert_eq!(
             uris(listening_on(Some("0.0.0.0:9595"))),
@@ -385,7 +385,7 @@ mod tests {
         // Dual-stack: IPv4's loopback, then IPv6's (a namespace with ::1 alone).
         let both = (
             "http://127.0.0.1:81/readyz".to_string(),
-            Some("http://[::1]:81/readyz".to_string()),
+            Some("[::1]:81".to_string()),
         );
         assert_eq!(uris(listening_on(Some("[::]:81"))), both);
         let default = Listen {

@@ -305,36 +305,23 @@ fn descendants_by_scan(me: i32, prune: &[i32]) -> Vec<Descendant> {
 
 /// Whether lifeguard has a child other than those in `besides` (the helper
 /// processes), `None` where it cannot be told. One read of its child list, no walk;
-/// with an outer namespace's /proc each child's pid there is translated through its
-/// NSpid line (a read per child); on a kernel without child lists, a scan of
-/// lifeguard's own /proc (never of an outer one: no step may cost the host's process
-/// count). With a /proc that shows nothing of lifeguard, or an outer one without child
+/// with an outer namespace's /proc, a walk of its descendants (each translated through
+/// its NSpid line); on a kernel without child lists, a scan of lifeguard's own /proc
+/// (never of an outer one: no step may cost the host's process count). With a /proc that shows nothing of lifeguard, or an outer one without child
 /// lists, it cannot be told: the kernel's own count (`waitid`) includes the helper, and
 /// must not be what lifeguard waits for.
 pub fn children_besides(besides: &[i32]) -> Option<bool> {
-    if besides.is_empty() || !super::process::has_children() {
-        return Some(super::process::has_children());
+    let any = super::process::has_children();
+    if besides.is_empty() || !any {
+        return Some(any);
     }
-    let view = proc_view();
-    let children = own_children();
-    match (view, children) {
+    match (proc_view(), own_children()) {
         (ProcView::Own, Some(children)) => Some(children.iter().any(|c| !besides.contains(c))),
-        (ProcView::Own, None) => {
-            let me = own_pid();
-            let all = std::fs::read_dir("/proc").ok()?;
-            Some(
-                all.filter_map(|entry| entry.ok()?.file_name().to_str()?.parse::<i32>().ok())
-                    .filter(|pid| !besides.contains(pid))
-                    .any(|pid| read_stat(pid).is_some_and(|s| s.ppid == me)),
-            )
+        // The walk tells: through NSpid in an outer /proc, by a scan of lifeguard's own
+        // /proc without child lists; the helpers' subtrees left out.
+        (ProcView::Outer { .. }, Some(_)) | (ProcView::Own, None) => {
+            Some(!descendants(besides).is_empty())
         }
-        (ProcView::Outer { depth, .. }, Some(children)) => Some(children.iter().any(|&outer| {
-            std::fs::read_to_string(format!("/proc/{outer}/status"))
-                .ok()
-                .and_then(|status| ns_ids(&status, "NSpid:")?.get(depth).copied())
-                // Gone meanwhile (reaped): not a child any more.
-                .is_some_and(|pid| !besides.contains(&pid))
-        })),
         _ => None,
     }
 }

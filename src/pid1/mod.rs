@@ -264,29 +264,25 @@ fn dual_stack(port: u16) -> std::net::SocketAddr {
     (std::net::Ipv6Addr::UNSPECIFIED, port).into()
 }
 
-/// `bind` at `addr`; where `addr` is the dual-stack default and the kernel has no IPv6
-/// (booted with `ipv6.disable=1`), at `0.0.0.0` instead, and every later bind on these
-/// hosts too (said once).
-fn bind_either<T>(
+/// Where `addr` is the dual-stack default and binding it failed for want of IPv6 in
+/// the kernel (booted with `ipv6.disable=1`), the address to bind instead, `0.0.0.0`,
+/// which every later bind on these hosts takes too (said once).
+fn ipv4_instead(
     hosts: &mut Hosts,
     addr: std::net::SocketAddr,
-    bind: impl Fn(std::net::SocketAddr) -> std::io::Result<T>,
-) -> std::io::Result<(T, std::net::SocketAddr)> {
-    match bind(addr) {
-        Err(err) if hosts.any && kernel::no_ipv6(&err) => {
-            let v4 = std::net::SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), addr.port());
-            logging::info(
-                format!("no IPv6 in this kernel ({err}): listening on IPv4 alone"),
-                &[("addr", &v4)],
-            );
-            for host in &mut hosts.addrs {
-                host.set_ip(v4.ip());
-            }
-            hosts.any = false;
-            Ok((bind(v4)?, v4))
-        }
-        bound => bound.map(|b| (b, addr)),
+    err: &std::io::Error,
+) -> Option<std::net::SocketAddr> {
+    if !hosts.any || !kernel::no_ipv6(err) {
+        return None;
     }
+    let v4 = std::net::SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, addr.port()));
+    logging::info("no IPv6 in this kernel: listening on IPv4 alone", &[]);
+    // The default is one address: `[::]`.
+    *hosts = Hosts {
+        addrs: vec![v4],
+        any: false,
+    };
+    Some(v4)
 }
 
 /// The ready port's sockets (`--ready-port`), on the endpoint's host, bound and not
@@ -298,17 +294,17 @@ fn bind_ready_port(port: u16, hosts: &mut Hosts) -> anyhow::Result<kernel::Ready
         .iter()
         .map(|addr| std::net::SocketAddr::new(addr.ip(), port))
         .collect();
-    let named = |addrs: &[std::net::SocketAddr]| {
+    let bound = match kernel::ReadyPort::bind(&addrs) {
+        Err(err) => match (&addrs[..], ipv4_instead(hosts, addrs[0], &err)) {
+            ([_], Some(v4)) => kernel::ReadyPort::bind(&[v4]),
+            _ => Err(err),
+        },
+        bound => bound,
+    }
+    .with_context(|| {
         let named: Vec<String> = addrs.iter().map(|a| a.to_string()).collect();
         format!("cannot bind --ready-port on {}", named.join(", "))
-    };
-    let bound = match addrs[..] {
-        [one] => {
-            bind_either(hosts, one, |addr| kernel::ReadyPort::bind(&[addr])).map(|(bound, _)| bound)
-        }
-        _ => kernel::ReadyPort::bind(&addrs),
-    }
-    .with_context(|| named(&addrs))?;
+    })?;
     logging::info(
         "ready port bound: it listens once the app is ready",
         &[("port", &port)],
@@ -330,12 +326,19 @@ fn bind_endpoint(
     let limit = kernel::raise_descriptor_limit(MAX_DESCRIPTORS);
     let cap = (limit.saturating_sub(RESERVED_DESCRIPTORS) as usize).min(sizes.max_connections);
     let mut listeners = Vec::new();
-    for addr in hosts.addrs.clone() {
-        let bound = bind_either(hosts, addr, |addr| {
-            kernel::bound_socket(addr, true).map(std::net::TcpListener::from)
-        });
-        match bound {
-            Ok((listener, addr)) => {
+    for mut addr in hosts.addrs.clone() {
+        let bound = match kernel::bound_socket(addr, true) {
+            Err(err) => match ipv4_instead(hosts, addr, &err) {
+                Some(v4) => {
+                    addr = v4;
+                    kernel::bound_socket(v4, true)
+                }
+                None => Err(err),
+            },
+            bound => bound,
+        };
+        match bound.map(std::net::TcpListener::from) {
+            Ok(listener) => {
                 // Refinements only: a listener the kernel would not tune still serves.
                 if let Err(err) =
                     kernel::tune_listener(&listener, sizes.receive_buffer, sizes.send_buffer)

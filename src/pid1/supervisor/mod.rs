@@ -245,14 +245,11 @@ impl<S: Sys> Supervisor<S> {
         }
         match self.sys.set_ready_port(open) {
             Err(err) if open => {
-                let port = self.ready_port.unwrap_or_default();
-                let said = format!(
-                    "cannot listen on --ready-port {port}: {err}; not ready until it listens (another process took the port?), trying again every second"
-                );
                 if self.ready_retry.is_none() {
-                    logging::error(said, &[]);
-                } else {
-                    logging::debug(said, &[]);
+                    logging::error(
+                        "cannot listen on --ready-port: not ready until it does, trying again every second",
+                        &[("port", &self.ready_port.unwrap_or_default()), ("error", &err)],
+                    );
                 }
                 self.board.set_ready_port_failing();
                 self.ready_retry = Some(Instant::now() + READY_RETRY);

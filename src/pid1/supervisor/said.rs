@@ -42,8 +42,8 @@ impl<S: Sys> Supervisor<S> {
     /// once a spell (a stop cut at --drain-max is then explained by this line).
     pub(super) fn tell_hold_blind(&self, why: Blindness, at_the_latest: Duration) {
         let what = match why {
-            Blindness::Late => "draining: no fresh look at the port for 1s (the helper is starved of CPU, stopped or restarting): holding the stop signal until a fresh look finds the port quiet, or --drain-max",
-            Blindness::CannotRead => "draining: the helper cannot read the port's sockets (its warning says why): holding the stop signal until --drain-max",
+            Blindness::Late => "draining: no fresh look at the port for 1s (helper starved, stopped or restarting): holding the stop signal until one finds it quiet, or --drain-max",
+            Blindness::CannotRead => "draining: the helper cannot read the port's sockets: holding the stop signal until --drain-max",
         };
         logging::warn(
             what,
@@ -208,7 +208,7 @@ impl<S: Sys> Supervisor<S> {
                 &[("after", &after_ms), ("in_flight", &in_flight)],
             ),
             DrainEnd::Blind => logging::warn(
-                "--drain-max reached without a fresh look at the port: requests may still be in flight; relaying the stop signal",
+                "--drain-max reached without a fresh look at the port: relaying the stop signal",
                 &[("after", &after_ms), ("last_in_flight", &in_flight)],
             ),
         }

@@ -71,12 +71,12 @@ impl ResponseTimes {
     }
 }
 
-/// What the previous dumps left: each connection's bytes sent at the last dump (a change
-/// is an answer since) and its bytes received when its last answer was sampled (the
-/// same count is the same request), and the oldest waiting request's arrival.
+/// What the previous dumps left: each connection's bytes received when it was last found
+/// answered (a connection found answered with the same count answered no new request
+/// since), and the oldest waiting request's arrival.
 #[derive(Debug, Default)]
 pub struct Ages {
-    sent: HashMap<u64, (u64, Option<u64>)>,
+    answered: HashMap<u64, u64>,
     /// A dump has been read: the next one's answers are new (the first dump's are of
     /// unknown age, and are not counted).
     started: bool,
@@ -92,7 +92,7 @@ impl Ages {
         sockets: &[SockRecord],
         responses: &mut ResponseTimes,
     ) {
-        let mut sent = HashMap::with_capacity(self.sent.len());
+        let mut answered = HashMap::with_capacity(self.answered.len());
         let mut oldest: Option<Duration> = None;
         for socket in sockets {
             if socket.state != TCP_ESTABLISHED {
@@ -107,27 +107,25 @@ impl Ages {
             // Both clocks are "milliseconds ago": the smaller is the more recent.
             let (recv, out) = (info.last_data_recv_ms, info.last_data_sent_ms);
             let waiting = socket.rqueue > 0 || info.bytes_sent == 0 || recv < out;
-            let (sent_before, mut answered) = self
-                .sent
-                .get(&socket.cookie)
-                .copied()
-                .unwrap_or((u64::MAX, None));
+            let mut sampled = self.answered.get(&socket.cookie).copied();
             if waiting {
                 // A connection still in the accept queue (no socket file yet) counts too:
                 // its request has been received, and waits.
                 let age = Duration::from_millis(u64::from(recv));
                 oldest = Some(oldest.map_or(age, |o| o.max(age)));
-            } else if answered != Some(info.bytes_received) {
-                // Answered, and not sampled yet (the first dump's answers are of unknown
-                // age: marked, not counted).
-                if self.started && sent_before != info.bytes_sent && socket.inode != 0 {
+            } else if sampled != Some(info.bytes_received) {
+                // Answered since the previous dump, and not sampled yet (the first dump's
+                // answers are of unknown age: marked, not counted).
+                if self.started && socket.inode != 0 {
                     responses.record(Duration::from_millis(u64::from(recv - out)));
                 }
-                answered = Some(info.bytes_received);
+                sampled = Some(info.bytes_received);
             }
-            sent.insert(socket.cookie, (info.bytes_sent, answered));
+            if let Some(received) = sampled {
+                answered.insert(socket.cookie, received);
+            }
         }
-        self.sent = sent;
+        self.answered = answered;
         self.started = true;
         self.oldest = oldest.map(|age| taken.checked_sub(age).unwrap_or(taken));
     }
