@@ -10,8 +10,10 @@ as PID 1 of a PID namespace (`--inflight-port`, `--drain-delay 0`, `--drain-quie
 outside) and the app: bench/spin.c with THREADS spinning threads and an HTTP server that
 answers `GET /slow/MS` after MS ms and dies at once on SIGTERM. Once the ready port
 listens and the quota has throttled for 2 s, a client sends `GET /slow/SLOW`; 0.5 s
-later SIGTERM goes to PID 1. Recorded: whether the request was answered (200) or lost,
-and how long from the kill(2) until lifeguard exited (the stop), against --drain-max.
+later SIGTERM goes to PID 1. Recorded: whether the request was answered (200) or lost;
+when lifeguard relayed the stop signal, by its own log (the drain's end line: `after`,
+counted from the instant its wait returned with the SIGTERM) and why; and how long from
+the kill(2) until lifeguard exited (the stop), against --drain-max.
 Run in a network namespace of its own (the drain reads the namespace's counters), as
 root:
 
@@ -20,6 +22,7 @@ root:
 """
 import argparse
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -81,7 +84,14 @@ def one_round(lifeguard, spin, threads, slow_ms):
         log.seek(0)
         said = log.read().decode(errors="replace")
         blind = "no fresh look at the port" in said
-        return answer.get("status"), stopped, blind
+        relay = None
+        for line in said.splitlines():
+            m = re.search(r"(drain over|--drain-max reached|the app exited during the drain).*? after=(\d+)ms", line)
+            if m:
+                why = ("no figures (0.2.0: relayed)" if "unavailable" in line else "quiet" if "quiet" in line
+                       else "--drain-max" if "--drain-max" in line else "the app exited")
+                relay = (float(m.group(2)) / 1000, why)
+        return answer.get("status"), stopped, blind, relay
     finally:
         proc.kill()
         try:
@@ -113,16 +123,21 @@ def main():
           f"--drain-max {DRAIN_MAX:.0f}s", flush=True)
     results = []
     for i in range(args.rounds):
-        status, stopped, blind = one_round(args.lifeguard, spin, args.threads, args.slow)
-        results.append((status, stopped, blind))
-        print(f"round {i + 1}: request {status}, stop took {stopped:.2f} s"
-              f"{', the drain was blind a while' if blind else ''}", flush=True)
-    lost = sum(1 for s, _, _ in results if s != 200)
-    stops = [t for _, t, _ in results]
-    print(f"\n| {args.label} | rounds | requests lost | the stop took, median | max | "
-          f"rounds with a blind spell |\n|---|---|---|---|---|---|\n"
-          f"| {args.label} | {len(results)} | {lost} | {statistics.median(stops):.2f} s | "
-          f"{max(stops):.2f} s | {sum(1 for *_, b in results if b)} |")
+        status, stopped, blind, relay = one_round(args.lifeguard, spin, args.threads, args.slow)
+        results.append((status, stopped, blind, relay))
+        said = f"relayed at {relay[0]:.2f} s ({relay[1]})" if relay else "no drain line"
+        print(f"round {i + 1}: request {status}, {said}, lifeguard exited {stopped:.2f} s "
+              f"after the kill{', the drain was blind a while' if blind else ''}", flush=True)
+    lost = sum(1 for r in results if r[0] != 200)
+    stops = [r[1] for r in results]
+    relays = [r[3][0] for r in results if r[3]]
+    at_max = sum(1 for r in results if r[3] and r[3][1] == "--drain-max")
+    med = lambda v: f"{statistics.median(v):.2f} s" if v else "—"  # noqa: E731
+    print(f"\n| {args.label} | rounds | requests lost | relayed, median (max) | relayed at --drain-max | "
+          f"exited after the kill, median (max) | rounds with a blind spell |\n"
+          f"|---|---|---|---|---|---|---|\n"
+          f"| {args.label} | {len(results)} | {lost} | {med(relays)} ({max(relays, default=0):.2f} s) | "
+          f"{at_max} | {med(stops)} ({max(stops):.2f} s) | {sum(1 for r in results if r[2])} |")
 
 
 if __name__ == "__main__":

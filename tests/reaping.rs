@@ -38,3 +38,36 @@ fn warn_on_reap_logs_each_orphan() {
     run.signal(libc::SIGINT);
     run.expect_exit(0);
 }
+
+#[test]
+fn what_the_app_leaves_gets_the_leftover_grace_not_the_whole_grace() {
+    // The app exits at once, leaving a daemon that ignores SIGTERM. Nothing routes to a
+    // task whose app is gone, and its restart waits for lifeguard: the daemon is
+    // SIGKILLed --leftover-grace (5 s by default) after the exit, not --grace (25 s), and
+    // a line says what lifeguard waits for and until when.
+    for mode in MODES {
+        if orphans_skipped(mode) {
+            continue;
+        }
+        let started = std::time::Instant::now();
+        let mut run = start(
+            mode,
+            &args(
+                &["--grace", "25s"],
+                &["--daemon", "stubborn", "--exit", "3"],
+            ),
+        );
+        run.expect_exit(3);
+        let took = started.elapsed();
+        assert!(
+            took >= std::time::Duration::from_secs(5) && took < std::time::Duration::from_secs(15),
+            "[{mode:?}] exited {took:?} after start, the leftover grace is 5 s\n{}",
+            run.transcript()
+        );
+        let said = run.expect_log("what still runs then gets SIGKILL");
+        assert!(
+            said.contains("sigkill_in=5s") || said.contains("sigkill_in=4s"),
+            "{said}"
+        );
+    }
+}

@@ -25,7 +25,12 @@ pub(super) fn log_level(
     if let Some(n) = number("LIFEGUARD_VERBOSE")? {
         return Ok(Level::from_verbosity(1 + n));
     }
-    if truthy(lookup("LIFEGUARD_QUIET")) {
+    let quiet = lookup("LIFEGUARD_QUIET").filter(|v| !v.trim().is_empty());
+    if quiet
+        .map(|v| super::values::boolean(&v).map_err(|e| format!("LIFEGUARD_QUIET: {e}")))
+        .transpose()?
+        == Some(true)
+    {
         return Ok(Level::Error);
     }
     if let Some(n) = number("TINI_VERBOSITY")? {
@@ -37,6 +42,11 @@ pub(super) fn log_level(
     Ok(Level::Notice)
 }
 
+/// A compatibility variable that is on when set (tini's, dumb-init's): off when empty
+/// or one of the false forms, in any case (`0`, `false`, `no`, `off`).
 pub(super) fn truthy(value: Option<String>) -> bool {
-    value.is_some_and(|v| !matches!(v.trim(), "" | "0" | "false" | "no" | "off"))
+    value.is_some_and(|v| {
+        let v = v.trim();
+        !v.is_empty() && super::values::boolean(v) != Ok(false)
+    })
 }

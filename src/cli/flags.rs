@@ -59,6 +59,12 @@ pub(super) struct Cli {
           value_parser = parse_duration, allow_hyphen_values = true)]
     pub(super) grace: Duration,
 
+    /// Once the app has exited, SIGKILL what it left this long after (the grace deadline if
+    /// sooner): nothing routes to a task whose app is gone
+    #[arg(long, env = "LIFEGUARD_LEFTOVER_GRACE", value_name = "DUR", default_value = "5s",
+          value_parser = parse_duration, allow_hyphen_values = true)]
+    pub(super) leftover_grace: Duration,
+
     /// Health and metrics endpoint address (HOST:PORT, :PORT), or `off`. Default [::]:9595, dual-stack (0.0.0.0 without IPv6)
     #[arg(long, env = "LIFEGUARD_LISTEN", value_name = "ADDR", value_parser = parse_listen)]
     pub(super) listen: Option<Listen>,
@@ -114,7 +120,7 @@ pub(super) struct Cli {
     pub(super) probe_timeout: Duration,
 
     /// Signal only the direct child, not its process group (dumb-init -c)
-    #[arg(short = 'c', long, env = "LIFEGUARD_SINGLE_CHILD")]
+    #[arg(short = 'c', long, env = "LIFEGUARD_SINGLE_CHILD", value_parser = boolean)]
     pub(super) single_child: bool,
 
     /// Rewrite a signal before forwarding it (TERM:QUIT, 15:3; TO = 0 or DROP drops it); repeatable
@@ -133,7 +139,7 @@ pub(super) struct Cli {
     pub(super) pdeathsig: Option<Signal>,
 
     /// Accepted for tini compatibility: lifeguard is a child subreaper whenever it is not PID 1
-    #[arg(short = 's', long, env = "LIFEGUARD_SUBREAPER")]
+    #[arg(short = 's', long, env = "LIFEGUARD_SUBREAPER", value_parser = boolean)]
     pub(super) subreaper: bool,
 
     /// Accepted for tini compatibility: signals go to the process group by default
@@ -141,10 +147,10 @@ pub(super) struct Cli {
     pub(super) group: bool,
 
     /// Log each reaped orphan (tini -w)
-    #[arg(short = 'w', long, env = "LIFEGUARD_WARN_ON_REAP")]
+    #[arg(short = 'w', long, env = "LIFEGUARD_WARN_ON_REAP", value_parser = boolean)]
     pub(super) warn_on_reap: bool,
 
-    /// More log output; repeat for more (-v info, -vv debug)
+    /// More log output; repeat for more (-v info, -vv debug, -vvv trace)
     #[arg(short = 'v', long, action = ArgAction::Count)]
     pub(super) verbose: u8,
 

@@ -260,11 +260,20 @@ struct CheckSources {
 }
 
 fn settings(
-    cli: Cli,
+    mut cli: Cli,
     sources: CheckSources,
     lookup: &impl Fn(&str) -> Option<String>,
 ) -> Result<Settings, String> {
     let probe = cli.probe.map(|target| (target, cli.probe_timeout));
+    // `--grace` lowered alone, to the default drain delay or below (`--grace 3`): the
+    // drain delay scales with it (a fifth, as 5 s of the default 25 s) rather than
+    // refusing a setting whose other half the user never chose.
+    if sources.drain_delay == Some(ValueSource::DefaultValue)
+        && sources.grace != Some(ValueSource::DefaultValue)
+        && cli.grace <= cli.drain_delay
+    {
+        cli.drain_delay = cli.grace / 5;
+    }
     // The probe runs beside a lifeguard configured by flags it does not see (the
     // ENTRYPOINT's); it must not refuse over settings it does not use.
     if probe.is_none() && cli.grace <= cli.drain_delay {
@@ -301,7 +310,9 @@ fn settings(
         ));
     }
     // dumb-init's way to ask for the child alone (its -c).
-    let single_child = cli.single_child || lookup("DUMB_INIT_SETSID").as_deref() == Some("0");
+    // dumb-init's own rule is `0` alone; its other false forms are taken too.
+    let single_child = cli.single_child
+        || lookup("DUMB_INIT_SETSID").is_some_and(|v| values::boolean(&v) == Ok(false));
     let flag = Some(ValueSource::CommandLine);
     let app_check = match (cli.ready_http, cli.ready_tcp) {
         (Some(url), Some(_)) if sources.http == flag && sources.tcp != flag => {
@@ -367,6 +378,7 @@ fn settings(
             // Drain until quiet needs a port to watch.
             drain_max: cli.inflight_port.map(|_| drain_max),
             drain_quiet: cli.drain_quiet,
+            leftover_grace: cli.leftover_grace,
         },
         command: cli.command,
         listen,
@@ -548,9 +560,18 @@ mod tests {
                 && !m.contains("the default"),
             "{m}"
         );
-        // Not given: the default, said so.
-        let m = usage_error(&["--grace", "4s", "app"], &[]);
-        assert!(m.contains("--drain-delay (5s, the default)"), "{m}");
+        // Not given: the default, said so (here with a drain delay given as the default's
+        // twin, so that the grace alone does not scale it).
+        let m = usage_error(&["--drain-max", "1s", "--grace", "0.5s", "app"], &[]);
+        assert!(m.contains("--drain-max"), "{m}");
+        // --grace lowered alone to the default drain delay or below: the drain delay is a
+        // fifth of it, and --drain-max halfway, as the defaults are for 25 s.
+        let s = ok(&["--grace", "3", "--inflight-port", "80", "app"], &[]);
+        assert_eq!(s.lifecycle.drain_delay, Duration::from_millis(600));
+        assert_eq!(s.lifecycle.drain_max, Some(Duration::from_millis(1800)));
+        // Above it, the default drain delay stands.
+        let s = ok(&["--grace", "10s", "app"], &[]);
+        assert_eq!(s.lifecycle.drain_delay, Duration::from_secs(5));
         let said = unknown_variables(
             [
                 "LIFEGUARD_DRAIN_DELAI",
@@ -744,7 +765,7 @@ mod tests {
                 .collect();
             assert!(!probe_requested(&command, &args), "{args:?}");
         }
-        usage_error(&["--grace", "1s", "app", "--probe"], &[]);
+        usage_error(&["--grace", "1s", "--drain-delay", "2s", "app", "--probe"], &[]);
     }
 
     #[test]

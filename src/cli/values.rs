@@ -152,3 +152,18 @@ pub(super) fn parse_exit_code(text: &str) -> Result<u8, String> {
         .parse()
         .map_err(|_| format!("'{text}' is not an exit code: expected a whole number from 0 to 255"))
 }
+
+/// The forms a boolean takes, in any case: what task definitions, Helm values and
+/// Compose files write (`1`, `true`, `yes`, `on`), and their opposites.
+pub(super) const BOOLEAN_FORM: &str = "1/0, true/false, yes/no or on/off";
+
+/// A boolean variable's value (`LIFEGUARD_SINGLE_CHILD=1`), case-insensitively.
+pub(super) fn boolean(text: &str) -> Result<bool, String> {
+    match text.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(format!(
+            "'{text}' is not a boolean: expected {BOOLEAN_FORM}"
+        )),
+    }
+}

@@ -45,6 +45,10 @@ pub struct Config {
     /// `--drain-quiet`: how long the port must have had no new request, with nothing in
     /// flight, to count as quiet. Zero: one sample with nothing in flight is enough.
     pub drain_quiet: Duration,
+    /// `--leftover-grace`: once the app has exited, what it left is SIGKILLed this long
+    /// after (or at the grace deadline, if that comes first). Nothing routes to a task
+    /// whose app is gone, and its restart waits for lifeguard's exit.
+    pub leftover_grace: Duration,
 }
 
 /// How the app (the direct child) ended, as `waitpid` reported it.
@@ -337,6 +341,12 @@ impl Lifecycle {
                 spare_app_group: stop_relayed && self.config.group,
             });
         }
+        // What the app left has a bound of its own, within the grace deadline's.
+        let kill_at = if killed {
+            kill_at
+        } else {
+            kill_at.min(after(now, self.config.leftover_grace))
+        };
         self.state = State::Reaping {
             code: self.remapped(status.code()),
             kill_at,
@@ -570,6 +580,7 @@ mod tests {
             group: true,
             drain_max: None,
             drain_quiet: Duration::from_secs(1),
+            leftover_grace: Duration::from_secs(GRACE),
         }
     }
 
@@ -1343,6 +1354,53 @@ mod tests {
     }
 
     #[test]
+    fn what_the_app_left_gets_the_leftover_grace_within_the_grace_deadline() {
+        // --leftover-grace 3s: an exit while running kills what is left 3 s on, not 25;
+        // an exit during the drain, 3 s on or at the grace deadline, whichever is first.
+        let short = Config {
+            leftover_grace: Duration::from_secs(3),
+            ..config()
+        };
+        run_table(
+            short.clone(),
+            vec![
+                (0.0, AppReady, vec![], Phase::Running, None),
+                (
+                    7.0,
+                    AppExited(AppStatus::Exited(3)),
+                    vec![remaining(false)],
+                    Phase::Exited,
+                    Some(10.0),
+                ),
+                (10.0, Tick, vec![KillAll], Phase::Exited, Some(12.0)),
+                (10.5, NoChildrenLeft, vec![Exit(3)], Phase::Exited, None),
+            ],
+        );
+        run_table(
+            short,
+            vec![
+                (0.0, AppReady, vec![], Phase::Running, None),
+                (1.0, Event::Signal(TERM), vec![], Phase::Draining, Some(6.0)),
+                (
+                    6.0,
+                    Tick,
+                    vec![over(5.0, Delay, None), relay(TERM)],
+                    Phase::Stopping,
+                    Some(26.0),
+                ),
+                (
+                    24.0,
+                    AppExited(AppStatus::Exited(0)),
+                    vec![remaining(true)],
+                    Phase::Exited,
+                    Some(26.0),
+                ),
+                (26.0, Tick, vec![KillAll], Phase::Exited, Some(28.0)),
+            ],
+        );
+    }
+
+    #[test]
     fn app_exit_during_the_drain_keeps_the_deadline_already_running() {
         run_table(
             config(),
@@ -1468,6 +1526,7 @@ mod tests {
         let mut cfg = config();
         cfg.grace = Duration::MAX;
         cfg.drain_delay = Duration::MAX / 2;
+        cfg.leftover_grace = Duration::MAX;
         let mut machine = Lifecycle::new(cfg);
         let now = Instant::now();
         assert_eq!(machine.on(Event::Signal(TERM), now), vec![]);

@@ -3,6 +3,8 @@
 //! and the grace deadline's SIGKILL.
 #![forbid(unsafe_code)]
 
+use std::time::Duration;
+
 use super::Supervisor;
 use crate::kernel::{Descendant, ProcView};
 use crate::logging;
@@ -37,9 +39,9 @@ impl<S: Sys> Supervisor<S> {
             if self.sys.is_pid1() && !spare_app_group {
                 self.sys.signal_everything(signal);
                 self.sys.signal_everything(signal_names::CONT);
-                logging::info(
-                    "signalled everything left in the namespace",
-                    &[("signal", &signal)],
+                logging::notice(
+                    "signalled everything left in the namespace; what still runs then gets SIGKILL",
+                    &[("signal", &signal), ("sigkill_in", &self.kill_in())],
                 );
             }
             return;
@@ -54,11 +56,25 @@ impl<S: Sys> Supervisor<S> {
             }
         }
         if sent > 0 {
-            logging::info(
-                "signalled what the app left running",
-                &[("signal", &signal), ("processes", &sent)],
+            // Said at the default level: lifeguard now waits for these, and a restart
+            // that seems slow is explained here.
+            logging::notice(
+                "signalled what the app left running; what still runs then gets SIGKILL",
+                &[
+                    ("signal", &signal),
+                    ("processes", &sent),
+                    ("sigkill_in", &self.kill_in()),
+                ],
             );
         }
+    }
+
+    /// How long until the lifecycle's next deadline (the leftovers' SIGKILL), for the log.
+    fn kill_in(&self) -> String {
+        let left = self.lifecycle.deadline().map_or(Duration::ZERO, |at| {
+            at.saturating_duration_since(std::time::Instant::now())
+        });
+        crate::seconds::human(Duration::from_millis(left.as_millis() as u64)).to_string()
     }
 
     /// The grace deadline: SIGKILL to everything lifeguard answers for. As PID 1,

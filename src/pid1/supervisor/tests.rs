@@ -228,6 +228,7 @@ fn config(drain_delay_ms: u64) -> Config {
         group: true,
         drain_max: None,
         drain_quiet: Duration::from_millis(100),
+        leftover_grace: Duration::from_secs(10),
     }
 }
 
