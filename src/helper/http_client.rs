@@ -115,7 +115,9 @@ pub async fn get_limited(uri: &Uri, max_body: usize) -> Result<(u16, String), St
 pub fn short(err: &std::io::Error) -> String {
     let text = err.to_string();
     let text = text.split(" (os error").next().unwrap_or(&text);
-    text.to_lowercase()
+    // ASCII alone (the C library's and std's messages are): Unicode's case tables and
+    // final-sigma rule would cost the slim build kilobytes for nothing.
+    text.to_ascii_lowercase()
 }
 
 #[cfg(test)]
