@@ -66,7 +66,7 @@ fn what_the_app_leaves_gets_the_leftover_grace_not_the_whole_grace() {
         );
         let said = run.expect_log("what still runs then gets SIGKILL");
         assert!(
-            said.contains("sigkill_in=5s") || said.contains("sigkill_in=4s"),
+            said.contains("sigkill_in=5s"),
             "{said}"
         );
     }

@@ -74,7 +74,9 @@ impl<S: Sys> Supervisor<S> {
         let left = self.lifecycle.deadline().map_or(Duration::ZERO, |at| {
             at.saturating_duration_since(std::time::Instant::now())
         });
-        crate::seconds::human(Duration::from_millis(left.as_millis() as u64)).to_string()
+        // To the nearest 100 ms: the turn that says it came a moment after the exit.
+        let tenths = (left.as_millis() as u64 + 50) / 100;
+        crate::seconds::human(Duration::from_millis(tenths * 100)).to_string()
     }
 
     /// The grace deadline: SIGKILL to everything lifeguard answers for. As PID 1,
