@@ -29,9 +29,12 @@ fn main() {
         (Some(c), false) => c,
         (None, _) => "unknown".to_string(),
     };
-    println!("cargo:rustc-env=LIFEGUARD_COMMIT={commit}");
+    // Named outside lifeguard's LIFEGUARD_* namespace: `cargo run` and `cargo test` put
+    // these in the environment of what they run too, and lifeguard warns about every
+    // LIFEGUARD_* variable that is not one of its own.
+    println!("cargo:rustc-env=BUILT_COMMIT={commit}");
     println!(
-        "cargo:rustc-env=LIFEGUARD_TARGET={}",
+        "cargo:rustc-env=BUILT_TARGET={}",
         std::env::var("TARGET").unwrap_or_default()
     );
     // A new commit or a change to the sources: ask again. A commit on a branch moves

@@ -11,9 +11,9 @@ use std::time::Duration;
 pub const VERSION: &str = concat!(
     env!("CARGO_PKG_VERSION"),
     " (commit ",
-    env!("LIFEGUARD_COMMIT"),
+    env!("BUILT_COMMIT"),
     ", ",
-    env!("LIFEGUARD_TARGET"),
+    env!("BUILT_TARGET"),
     ")"
 );
 
@@ -457,12 +457,19 @@ pub fn unknown_variables(names: impl Iterator<Item = String>) -> Vec<String> {
     known.push("LIFEGUARD_FAULT".to_string());
     unknown.retain(|n| !known.contains(n));
     unknown.sort_unstable();
+    // The CloudWatch contract's variables carry no LIFEGUARD_ prefix (METRICS_SINK is
+    // --metrics-sink's twin): LIFEGUARD_METRICS_SINK means that one.
+    known.extend(
+        ["METRICS_NAMESPACE", "METRICS_INTERVAL", "METRICS_DIMENSIONS", "METRICS_BURST_THRESHOLD", "METRICS_EXTRA", "METRICS_SINK"]
+            .map(String::from),
+    );
     unknown
         .into_iter()
         .map(|name| {
+            let bare = name.trim_start_matches("LIFEGUARD_");
             let closest = known
                 .iter()
-                .map(|k| (edit_distance(&name, k), k))
+                .map(|k| (edit_distance(&name, k).min(edit_distance(bare, k)), k))
                 .filter(|(d, _)| *d <= 3)
                 .min();
             match closest {
@@ -592,6 +599,11 @@ mod tests {
             said[1].contains("LIFEGUARD_XYZZY_PLUGH") && said[1].contains("--help"),
             "{said:?}"
         );
+        // The CloudWatch contract's names have no prefix; a prefixed one means them.
+        let said = unknown_variables(["LIFEGUARD_METRICS_SINK".to_string()].into_iter());
+        assert!(said[0].contains("did you mean METRICS_SINK?"), "{said:?}");
+        // What `cargo run` puts in the environment from build.rs is no LIFEGUARD_ name.
+        assert!(!VERSION.is_empty() && !env!("BUILT_COMMIT").is_empty());
     }
 
     #[test]

@@ -63,6 +63,9 @@ pub trait Put: Send + Sync + 'static {
 /// go on, and the recovery. Pure.
 #[derive(Debug, Default)]
 pub struct FailureLog {
+    /// What a failed call was, for its line: `CloudWatch PutMetricData`, or the EMF
+    /// records sent to the CloudWatch agent (no API call there to name).
+    what: &'static str,
     failing_since: Option<Instant>,
     failed: u64,
     summarized_at: Option<Instant>,
@@ -70,6 +73,16 @@ pub struct FailureLog {
 }
 
 impl FailureLog {
+    pub fn new(sink: &config::Sink) -> FailureLog {
+        FailureLog {
+            what: match sink {
+                config::Sink::Api => "CloudWatch PutMetricData",
+                config::Sink::Emf(_) => "sending EMF records to the CloudWatch agent",
+            },
+            ..FailureLog::default()
+        }
+    }
+
     /// The line to log for this outcome, if any: (is a warning, text).
     pub fn on(&mut self, result: &PutResult, now: Instant) -> Option<(bool, String)> {
         match result {
@@ -94,7 +107,7 @@ impl FailureLog {
                         self.failing_since = Some(now);
                         self.summarized_at = Some(now);
                         self.since_summary = 0;
-                        Some((true, format!("CloudWatch PutMetricData failed: {reason}")))
+                        Some((true, format!("{} failed: {reason}", self.what)))
                     }
                     Some(_)
                         if self.summarized_at.is_some_and(|at| {
@@ -105,7 +118,7 @@ impl FailureLog {
                         let n = std::mem::take(&mut self.since_summary);
                         Some((
                             true,
-                            format!("CloudWatch PutMetricData still failing: {n} more failed calls; the last: {reason}"),
+                            format!("{} still failing: {n} more failed calls; the last: {reason}", self.what),
                         ))
                     }
                     Some(_) => None,
@@ -277,7 +290,7 @@ async fn publish(
     let mut samples = desk.watch_sample();
     // With -vv, the in-flight samples behind each publish, in the order taken.
     let mut sampled = logging::enabled(logging::Level::Debug).then(Sampled::default);
-    let mut failures = FailureLog::default();
+    let mut failures = FailureLog::new(&config.sink);
     // The call in flight, if any: at most one.
     let mut call: Option<tokio::task::JoinHandle<PutResult>> = None;
     let mut wants_publish = false;
@@ -417,7 +430,7 @@ mod tests {
     #[test]
     fn failures_are_logged_first_then_summarized_then_the_recovery() {
         let t0 = Instant::now();
-        let mut log = FailureLog::default();
+        let mut log = FailureLog::new(&config::Sink::Api);
         let fail = Err((Outcome::Timeout, "no answer within 5s".to_string()));
         assert_eq!(log.on(&Ok(()), t0), None, "a success is no news");
         let (warning, first) = log.on(&fail, t0).unwrap();
@@ -433,5 +446,11 @@ mod tests {
             "{recovered}"
         );
         assert_eq!(log.on(&Ok(()), t0 + Duration::from_secs(62)), None);
+        // The EMF sink's agent is no API call: its line says what failed.
+        let agent = config::Agent::Tcp("127.0.0.1".into(), 25888);
+        let mut log = FailureLog::new(&config::Sink::Emf(Some(agent)));
+        let (_, first) = log.on(&fail, t0).unwrap();
+        assert!(first.starts_with("sending EMF records to the CloudWatch agent failed"), "{first}");
+        assert!(!first.contains("PutMetricData"), "{first}");
     }
 }
