@@ -345,3 +345,52 @@ fn the_environment_rules_are_said_and_the_old_ones_are_gone() {
     let help = String::from_utf8_lossy(&help.stdout).replace('\n', " ");
     assert!(help.contains("[::]:9595"), "--help's default for --listen");
 }
+
+/// What a review of 0.2.0 found saying more (or other) than the binary does, each held
+/// here so it cannot come back unnoticed.
+#[test]
+fn what_the_pilot_review_found_stays_fixed() {
+    let man = read("man/lifeguard.1").replace('\n', " ");
+    let help = lifeguard().arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).replace('\n', " ");
+    // `cargo run` puts build.rs's rustc-env facts in the app's environment: none may be
+    // a LIFEGUARD_* name, which lifeguard would warn about as unknown.
+    assert!(!read("build.rs").contains("rustc-env=LIFEGUARD_"));
+    // Every LIFEGUARD_* twin --help names is in the man page's ENVIRONMENT section.
+    let environment = man.split(".SH ENVIRONMENT").nth(1).expect("an ENVIRONMENT section");
+    let out = lifeguard().arg("--help").output().unwrap();
+    let twins: Vec<String> = String::from_utf8_lossy(&out.stdout)
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .filter(|w| w.starts_with("LIFEGUARD_") && w.len() > "LIFEGUARD_".len())
+        .map(String::from)
+        .collect();
+    assert!(twins.len() > 10, "{twins:?}");
+    for twin in twins {
+        assert!(environment.contains(&twin), "the man page's ENVIRONMENT lacks {twin}");
+    }
+    // The log levels and DUMB_INIT_DEBUG's false values read the same everywhere.
+    let migrating = read("docs/migrating.md").replace('\n', " ");
+    assert!(help.contains("-vvv trace") && man.contains("\\fB\\-vvv\\fR trace"));
+    assert!(migrating.contains("`-vvv` trace"));
+    for text in [&man, &migrating] {
+        let at = text.find("DUMB_INIT_DEBUG").unwrap();
+        let around = &text[at..(at + 300).min(text.len())];
+        assert!(
+            ["0", "false", "no", "off"].iter().all(|f| around.contains(f)),
+            "DUMB_INIT_DEBUG's false values: {around}"
+        );
+    }
+    // METRICS_INTERVAL: what the binary takes (1 to 86400, fractions too).
+    assert!(man.contains("from 1 to 86400"), "the man page's METRICS_INTERVAL");
+    assert!(read("docs/cloudwatch.md").contains("1 to 86400"));
+    // The liveness probe's trade-off is said where the probes are recommended.
+    for doc in ["README.md", "docs/lifecycle.md"] {
+        let text = read(doc).replace('\n', " ");
+        assert!(text.contains("not that the app works"), "{doc}: the liveness trade-off");
+    }
+    // lifeguard_response_seconds and clients that open a connection per request.
+    let metrics = read("docs/metrics.md").replace('\n', " ");
+    assert!(metrics.contains("stays at 0 for clients that open a connection per request"));
+    // The man page says what /readyz and --inflight-port mean since 0.2.0.
+    assert!(man.contains("until something listens on that port"));
+}

@@ -47,7 +47,7 @@ fn without_docker_notice(lines: Vec<String>) -> Vec<String> {
     let docker = std::path::Path::new("/.dockerenv").exists();
     let notice: Vec<&String> = lines
         .iter()
-        .filter(|l| l.starts_with("lifeguard: running under Docker"))
+        .filter(|l| l.starts_with("lifeguard: reminder, under Docker"))
         .collect();
     assert_eq!(
         notice.len(),
@@ -57,7 +57,7 @@ fn without_docker_notice(lines: Vec<String>) -> Vec<String> {
     );
     lines
         .into_iter()
-        .filter(|l| !l.starts_with("lifeguard: running under Docker"))
+        .filter(|l| !l.starts_with("lifeguard: reminder, under Docker"))
         .collect()
 }
 

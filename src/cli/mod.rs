@@ -651,7 +651,7 @@ mod tests {
             ],
         );
         assert!(
-            m.contains("METRICS_INTERVAL") && m.contains("positive number"),
+            m.contains("METRICS_INTERVAL") && m.contains("from 1 to 86400"),
             "{m}"
         );
         // Not the probe's business.

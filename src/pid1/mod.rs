@@ -206,7 +206,7 @@ fn docker_stop_notice(
     .any(|name| set(name));
     (pid1 && dockerenv && !orchestrated && grace >= DOCKER_STOP_TIMEOUT).then(|| {
         format!(
-            "running under Docker: `docker stop` sends SIGKILL {} after its SIGTERM unless the container was started with a longer --stop-timeout (compose: stop_grace_period), before --grace ({}) is over; give it {} or more, or lower --grace and --drain-max",
+            "reminder, under Docker: `docker stop` sends SIGKILL {} after its SIGTERM unless the container was started with a longer --stop-timeout (compose: stop_grace_period), which lifeguard cannot see from inside; with --grace {} give it {} or more, or lower --grace",
             crate::seconds::human(DOCKER_STOP_TIMEOUT),
             crate::seconds::human(grace),
             crate::seconds::human(grace + Duration::from_secs(5)),

@@ -135,7 +135,7 @@ fn namespace_of(text: &str) -> Result<String, String> {
 fn interval_of(text: &str) -> Result<Duration, String> {
     // CloudWatch's high resolution is one second; a shorter interval would leave each
     // call less time than it takes.
-    let form = "expected a positive number of seconds, 1 or more, like 10 or 30";
+    let form = "expected seconds from 1 to 86400, like 10, 30 or 2.5 (CloudWatch's high resolution is 1 s)";
     let day = Duration::from_secs(86_400);
     match crate::seconds::plain(text.trim()) {
         Some(d) if (Duration::from_secs(1)..=day).contains(&d) => Ok(d),
@@ -363,17 +363,17 @@ mod tests {
             (
                 vec![ns, ("METRICS_INTERVAL", "0")],
                 "METRICS_INTERVAL",
-                "positive number",
+                "from 1 to 86400",
             ),
             (
                 vec![ns, ("METRICS_INTERVAL", "-5")],
                 "METRICS_INTERVAL",
-                "positive number",
+                "from 1 to 86400",
             ),
             (
                 vec![ns, ("METRICS_INTERVAL", "10s")],
                 "METRICS_INTERVAL",
-                "positive number",
+                "from 1 to 86400",
             ),
             (
                 vec![ns, ("METRICS_BURST_THRESHOLD", "-1")],
