@@ -101,8 +101,21 @@ def main():
         except (OSError, ValueError) as err:
             problems.append(f"{name}: {err}")
             continue
-        crates = {c["name"] for c in bom.get("components", [])}
+        components = bom.get("components", [])
+        crates = {c["name"] for c in components}
         boms[kind] = crates
+        # The static binary links musl; proc-macros run in the compiler and are not in it;
+        # each crate carries its .crate file's SHA-256 from Cargo.lock.
+        if not any(c["name"] == "musl" and c.get("version") for c in components):
+            problems.append(f"{name}: no musl component (the C library linked statically)")
+        macros = {"syn", "serde_derive", "clap_derive", "proc-macro2", "quote"} & crates
+        if macros:
+            problems.append(f"{name}: lists proc-macro crates not in the binary: {sorted(macros)}")
+        unhashed = [c["name"] for c in components if c.get("purl", "").startswith("pkg:cargo/")
+                    and not any(h.get("alg") == "SHA-256" and len(h.get("content", "")) == 64
+                                for h in c.get("hashes", []))]
+        if unhashed:
+            problems.append(f"{name}: crates without a SHA-256: {unhashed[:5]}")
         if bom.get("specVersion") != "1.5" or bom["metadata"]["component"]["version"] != version:
             problems.append(f"{name}: not a CycloneDX 1.5 SBOM of lifeguard {version}")
         sdk = {"aws-sdk-cloudwatch", "rustls"} & crates

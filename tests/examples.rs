@@ -953,6 +953,51 @@ fn the_docker_snippets_show_the_stop_timeout_each_orchestrator_needs() {
 }
 
 #[test]
+fn the_dockerfile_pins_the_release_toolchain_and_passes_the_commit() {
+    // The build stage cannot run here (no image can be pulled); what it must say can be
+    // read: the Rust image pinned to the release, the commit passed in (the context has
+    // no .git, and --version would say "unknown").
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dockerfile = std::fs::read_to_string(root.join("Dockerfile.example")).unwrap();
+    let from = dockerfile
+        .lines()
+        .find(|l| l.starts_with("FROM ") && l.contains(" AS build"))
+        .expect("a build stage");
+    let tag = from
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("rust:"))
+        .unwrap_or_else(|| panic!("the build stage is not a Rust image: {from}"));
+    let pinned = tag.split('-').next().unwrap();
+    assert!(
+        pinned.split('.').count() == 3 && pinned.split('.').all(|n| n.parse::<u32>().is_ok()),
+        "the Rust image is not pinned to a release (X.Y.Z): {from}"
+    );
+    // The toolchain the newest release was built with (RELEASES.md).
+    let releases = std::fs::read_to_string(root.join("RELEASES.md")).unwrap();
+    let toolchain = releases
+        .lines()
+        .find_map(|l| l.strip_prefix("- toolchain: `rustc "))
+        .expect("a release record naming its toolchain");
+    assert!(
+        toolchain.starts_with(&format!("{pinned} ")),
+        "Dockerfile.example builds with rust:{pinned}, the release with rustc {toolchain}"
+    );
+    let stage: String = dockerfile
+        .split(" AS build")
+        .nth(1)
+        .and_then(|s| s.split("\nFROM ").next())
+        .unwrap()
+        .to_string();
+    assert!(
+        stage.contains("ARG LIFEGUARD_COMMIT") && stage.contains("ENV LIFEGUARD_COMMIT="),
+        "the build stage does not pass the commit to build.rs"
+    );
+    let build_rs = std::fs::read_to_string(root.join("build.rs")).unwrap();
+    assert!(build_rs.contains("std::env::var(\"LIFEGUARD_COMMIT\")"));
+    assert!(dockerfile.contains("--build-arg LIFEGUARD_COMMIT="));
+}
+
+#[test]
 fn the_cloudformation_template_passes_cfn_lint() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = Command::new("cfn-lint")

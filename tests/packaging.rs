@@ -171,6 +171,32 @@ fn the_release_script_writes_both_binaries_their_checksums_and_an_sbom() {
         !names.iter().any(|n| n == "cc"),
         "a build-only crate in the SBOM"
     );
+    // Proc-macros run in the compiler: none of their code is in the binary. The C
+    // library is: the static binary links musl.
+    for macro_only in ["syn", "serde_derive", "clap_derive", "proc-macro2", "quote"] {
+        assert!(
+            !names.iter().any(|n| n == macro_only),
+            "{macro_only} (compile time only) in the SBOM"
+        );
+    }
+    assert!(names.iter().any(|n| n == "musl"), "musl missing from the SBOM");
+    // Every crate carries the SHA-256 of its .crate file, as Cargo.lock has it.
+    let sbom: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join(format!("lifeguard-{version}.cdx.json"))).unwrap(),
+    )
+    .unwrap();
+    let lock = std::fs::read_to_string(root().join("Cargo.lock")).unwrap();
+    for c in sbom["components"].as_array().unwrap() {
+        if !c["purl"].as_str().unwrap().starts_with("pkg:cargo/") {
+            continue;
+        }
+        let hash = c["hashes"][0]["content"].as_str().unwrap_or("");
+        assert!(
+            c["hashes"][0]["alg"] == "SHA-256" && lock.contains(&format!("checksum = \"{hash}\"")),
+            "{} has no SHA-256 from Cargo.lock: {c}",
+            c["name"]
+        );
+    }
     // The slim build's SBOM lists what it links, and not the SDK it leaves out.
     let slim = sbom_components(&dir.join(format!("lifeguard-{version}-slim.cdx.json")));
     assert!(
@@ -207,4 +233,149 @@ fn sbom_components(path: &std::path::Path) -> Vec<String> {
         .iter()
         .map(|c| c["name"].as_str().unwrap().to_string())
         .collect()
+}
+
+/// One release of RELEASES.md: its version, commit, toolchain and SHA256SUMS lines.
+struct Record {
+    version: String,
+    commit: String,
+    toolchain: String,
+    sums: Vec<(String, String)>,
+}
+
+fn records() -> Vec<Record> {
+    let text = std::fs::read_to_string(root().join("RELEASES.md")).unwrap();
+    let mut out = Vec::new();
+    for section in text.split("\n## ").skip(1) {
+        let version = section.split_whitespace().next().unwrap().to_string();
+        let field = |name: &str| {
+            section
+                .lines()
+                .find_map(|l| l.strip_prefix(&format!("- {name}: `")))
+                .and_then(|l| l.split('`').next())
+                .unwrap_or_else(|| panic!("RELEASES.md {version}: no {name}"))
+                .to_string()
+        };
+        let sums = section
+            .split("```sha256sums\n")
+            .nth(1)
+            .and_then(|s| s.split("```").next())
+            .unwrap_or_else(|| panic!("RELEASES.md {version}: no sha256sums block"))
+            .lines()
+            .map(|l| {
+                let (digest, name) = l.split_once("  ").expect("DIGEST  NAME");
+                (digest.to_string(), name.to_string())
+            })
+            .collect();
+        out.push(Record {
+            commit: field("commit"),
+            toolchain: field("toolchain"),
+            version,
+            sums,
+        });
+    }
+    out
+}
+
+fn git(args: &[&str]) -> std::process::Output {
+    std::process::Command::new("git")
+        .args(args)
+        .current_dir(root())
+        .output()
+        .expect("THIS TEST CANNOT RUN: no git")
+}
+
+#[test]
+fn every_release_record_names_a_commit_of_this_repository_and_its_six_sums() {
+    // A tag does not reach every clone; the record is in the tree, and what it names must
+    // be in the history a clone of main has.
+    let records = records();
+    assert!(!records.is_empty(), "RELEASES.md records no release");
+    let changelog = std::fs::read_to_string(root().join("CHANGELOG.md")).unwrap();
+    for r in &records {
+        assert_eq!(r.commit.len(), 40, "{}: {}", r.version, r.commit);
+        let kind = git(&["cat-file", "-t", &r.commit]);
+        assert_eq!(
+            String::from_utf8_lossy(&kind.stdout).trim(),
+            "commit",
+            "{}: {} is not a commit of this repository (a shallow clone?)",
+            r.version,
+            r.commit
+        );
+        let manifest = git(&["show", &format!("{}:Cargo.toml", r.commit)]);
+        assert!(
+            String::from_utf8_lossy(&manifest.stdout)
+                .contains(&format!("version = \"{}\"", r.version)),
+            "{}: the recorded commit's Cargo.toml is another version",
+            r.version
+        );
+        assert!(
+            changelog.contains(&format!("## [{}]", r.version)),
+            "{}: no CHANGELOG section",
+            r.version
+        );
+        assert!(r.toolchain.starts_with("rustc "), "{}", r.toolchain);
+        let names: BTreeSet<String> = r.sums.iter().map(|(_, n)| n.clone()).collect();
+        let v = &r.version;
+        let want: BTreeSet<String> = [
+            format!("lifeguard-{v}-x86_64-linux-musl"),
+            format!("lifeguard-{v}-aarch64-linux-musl"),
+            format!("lifeguard-{v}-slim-x86_64-linux-musl"),
+            format!("lifeguard-{v}-slim-aarch64-linux-musl"),
+            format!("lifeguard-{v}.cdx.json"),
+            format!("lifeguard-{v}-slim.cdx.json"),
+        ]
+        .into_iter()
+        .collect();
+        assert_eq!(names, want, "{v}: the recorded artifacts");
+        for (digest, name) in &r.sums {
+            assert!(
+                digest.len() == 64 && digest.bytes().all(|b| b.is_ascii_hexdigit()),
+                "{v}: {name}'s sum {digest}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_readme_verify_steps_run_as_written_and_the_release_rebuilds_bit_for_bit() {
+    // The README's commands, as a user types them in a clone: the one that finds the
+    // release's commit, and the one that rebuilds a binary of it and checks the record.
+    let section = readme_section("### Releases, and verifying one");
+    let checkout = section
+        .lines()
+        .find(|l| l.starts_with("git checkout \"$(sed"))
+        .expect("the README's checkout line");
+    let find = checkout
+        .strip_prefix("git checkout \"$(")
+        .and_then(|l| l.strip_suffix(")\""))
+        .unwrap();
+    let found = std::process::Command::new("bash")
+        .args(["-c", find])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    let release = records().into_iter().find(|r| r.version == "0.2.0").unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&found.stdout).trim(),
+        release.commit,
+        "the README's line finds another commit"
+    );
+    let verify = section
+        .lines()
+        .find(|l| l.starts_with("scripts/verify-release.sh 0.2.0 lifeguard-"))
+        .expect("the README's one-binary verify line");
+    let out = std::process::Command::new("bash")
+        .args(["-c", verify])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{verify}:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains(": OK"), "{said}");
 }

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Rebuilds a recorded release and compares it with its record (RELEASES.md): the commit
+# it names, built with that commit's own scripts/release.sh, must give the recorded
+# SHA256SUMS. With artifact names, only those are rebuilt (each with the cargo
+# arguments release.sh uses for it), which takes a minute rather than several.
+#
+#   scripts/verify-release.sh VERSION [ARTIFACT...]
+#   scripts/verify-release.sh 0.2.0
+#   scripts/verify-release.sh 0.2.0 lifeguard-0.2.0-slim-x86_64-linux-musl
+#
+# The build is reproducible for one toolchain: the record names the rustc it was built
+# with, and another rustc makes other bytes. Works in a clone of the repository (the
+# commit is checked out in a worktree of its own under target/, removed afterwards).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+version="${1:?usage: scripts/verify-release.sh VERSION [ARTIFACT...]}"
+shift
+record="$(awk -v v="$version" '
+  /^## / { on = ($2 == v) ; next }
+  on { print }' RELEASES.md)"
+commit="$(printf '%s\n' "$record" | sed -n 's/^- commit: `\([0-9a-f]\{40\}\)`.*/\1/p')"
+if [ -z "$commit" ]; then
+  echo "scripts/verify-release.sh: RELEASES.md has no release $version with a commit" >&2
+  exit 2
+fi
+sums="$(printf '%s\n' "$record" | sed -n '/^```sha256sums$/,/^```$/p' | sed '1d;$d')"
+if [ -z "$sums" ]; then
+  echo "scripts/verify-release.sh: RELEASES.md has no SHA256SUMS for $version" >&2
+  exit 2
+fi
+rustc_said="$(rustc -V)"
+recorded_rustc="$(printf '%s\n' "$record" | sed -n 's/^- toolchain: `\(.*\)`.*/\1/p')"
+if [ "$rustc_said" != "$recorded_rustc" ]; then
+  echo "scripts/verify-release.sh: warning: this rustc is '$rustc_said', the release was built with '$recorded_rustc': the bytes will differ" >&2
+fi
+
+root="$(realpath "${CARGO_TARGET_DIR:-target}")"
+work="$root/verify-$version"
+tree="$work/tree"
+rm -rf "$work"
+mkdir -p "$work"
+git worktree prune
+git worktree add --detach "$tree" "$commit" >/dev/null
+trap 'git worktree remove --force "$tree" >/dev/null 2>&1 || true' EXIT
+printf '%s\n' "$sums" > "$work/SHA256SUMS"
+
+if [ "$#" -eq 0 ]; then
+  # The whole release, with the commit's own script.
+  (cd "$tree" && CARGO_TARGET_DIR="$work/build" scripts/release.sh)
+  cp "$work/build/release-artifacts/"* "$work/"
+  (cd "$work" && sha256sum -c SHA256SUMS)
+else
+  for name in "$@"; do
+    case "$name" in
+      lifeguard-"$version"-slim-*-linux-musl)
+        arch="${name#lifeguard-$version-slim-}"; arch="${arch%-linux-musl}"
+        args=(--profile slim --no-default-features); profile=slim ;;
+      lifeguard-"$version"-*-linux-musl)
+        arch="${name#lifeguard-$version-}"; arch="${arch%-linux-musl}"
+        args=(--release); profile=release ;;
+      *) echo "scripts/verify-release.sh: $name is not a binary of $version" >&2; exit 2 ;;
+    esac
+    triple="$arch-unknown-linux-musl"
+    scripts/packages.sh build "static-$arch"
+    # As release.sh builds ring's C for aarch64: Debian's cross compiler.
+    export CC_aarch64_unknown_linux_musl="${CC_aarch64_unknown_linux_musl:-aarch64-linux-gnu-gcc}"
+    export AR_aarch64_unknown_linux_musl="${AR_aarch64_unknown_linux_musl:-aarch64-linux-gnu-ar}"
+    if ! rustup target list --installed 2>/dev/null | grep -qx "$triple"; then
+      rustup target add "$triple"
+    fi
+    (cd "$tree" && CARGO_TARGET_DIR="$work/build" cargo build --locked --target "$triple" --bin lifeguard "${args[@]}")
+    cp "$work/build/$triple/$profile/lifeguard" "$work/$name"
+  done
+  (cd "$work" && sha256sum -c --ignore-missing SHA256SUMS)
+fi
+echo "scripts/verify-release.sh: $version rebuilt from $commit matches RELEASES.md"
