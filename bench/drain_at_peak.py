@@ -32,7 +32,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from health_at_peak import QUOTA_US, PERIOD_US, cgroup, free_port, remove, tcp_probe, version  # noqa: E402
+from health_at_peak import QUOTA_US, PERIOD_US, cgroup, end_round, free_port, tcp_probe, version  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IN_CGROUP = 'echo $$ > {path}/cgroup.procs && exec "$@"'
@@ -93,17 +93,7 @@ def one_round(lifeguard, spin, threads, slow_ms):
                 relay = (float(m.group(2)) / 1000, why)
         return answer.get("status"), stopped, blind, relay
     finally:
-        proc.kill()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            pass
-        for f, v in (("cpu.cfs_quota_us", "-1"), ("cpu.max", "max")):
-            try:
-                open(f"{path}/{f}", "w").write(v)
-            except OSError:
-                pass
-        remove(path)
+        end_round(proc, path)
 
 
 def main():

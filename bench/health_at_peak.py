@@ -59,6 +59,22 @@ def remove(path):
             time.sleep(0.1)
 
 
+def end_round(proc, path):
+    """Kills the round's wrapper, lifts the quota so that what was SIGKILLed can finish
+    exiting, and removes the cgroup."""
+    proc.kill()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        pass
+    for f, v in (("cpu.cfs_quota_us", "-1"), ("cpu.max", "max")):
+        try:
+            open(f"{path}/{f}", "w").write(v)
+        except OSError:
+            pass
+    remove(path)
+
+
 def free_port():
     s = socket.socket()
     s.bind(("127.0.0.1", 0))

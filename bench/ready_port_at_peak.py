@@ -36,7 +36,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from health_at_peak import QUOTA_US, PERIOD_US, cgroup, free_port, http_probe, pct, remove, tcp_probe, version  # noqa: E402
+from health_at_peak import QUOTA_US, PERIOD_US, cgroup, end_round, free_port, http_probe, pct, remove, tcp_probe, version  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IN_CGROUP = 'echo $$ > {path}/cgroup.procs && exec "$@"'
@@ -247,18 +247,7 @@ def sigterm_trial(name, argv, spin, threads, ready, limit):
             w.join()
         return {k: v - t0 for k, v in seen.items()}
     finally:
-        proc.kill()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            pass
-        # Lift the quota so that what was SIGKILLed can finish exiting, then remove.
-        for f, v in (("cpu.cfs_quota_us", "-1"), ("cpu.max", "max")):
-            try:
-                open(f"{path}/{f}", "w").write(v)
-            except OSError:
-                pass
-        remove(path)
+        end_round(proc, path)
 
 
 def main():

@@ -70,6 +70,11 @@ fn helper_of(run: &Run) -> i32 {
 /// ready once a TCP connect to `check_port` succeeds.
 fn start_checked(flags: &[&str], check_port: u16, app_args: &[&str]) -> (Run, u16) {
     let ready = free_port();
+    (start_checked_on(ready, flags, check_port, app_args), ready)
+}
+
+/// As `start_checked`, with the ready port given.
+fn start_checked_on(ready: u16, flags: &[&str], check_port: u16, app_args: &[&str]) -> Run {
     let ready_text = ready.to_string();
     let check = format!("127.0.0.1:{check_port}");
     let mut all = vec![
@@ -84,8 +89,7 @@ fn start_checked(flags: &[&str], check_port: u16, app_args: &[&str]) -> (Run, u1
         "100ms",
     ];
     all.extend_from_slice(flags);
-    let run = start(Mode::Pid1, &args(&all, app_args));
-    (run, ready)
+    start(Mode::Pid1, &args(&all, app_args))
 }
 
 #[test]
@@ -240,25 +244,7 @@ fn a_socket_that_tries_to_take_the_port_cannot_and_ready_means_lifeguards_port()
     let (mut run, ready) = {
         let ready_port = free_port();
         let early = squat(ready_port);
-        let ready_text = ready_port.to_string();
-        let check = format!("127.0.0.1:{check_port}");
-        let run = start(
-            Mode::Pid1,
-            &args(
-                &[
-                    "-v",
-                    "--ready-port",
-                    &ready_text,
-                    "--listen",
-                    "127.0.0.1:0",
-                    "--ready-tcp",
-                    &check,
-                    "--ready-interval",
-                    "100ms",
-                ],
-                &[],
-            ),
-        );
+        let run = start_checked_on(ready_port, &[], check_port, &[]);
         run.ready();
         run.expect_log("ready port bound");
         // The early squatter, bound before lifeguard, cannot listen now.
