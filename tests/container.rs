@@ -336,7 +336,8 @@ fn dockers_own_10_second_kill_explains_itself_in_the_log() {
     });
     let started = c.logs();
     assert!(
-        started.contains("reminder, under Docker: `docker stop` sends SIGKILL 10s after its SIGTERM"),
+        started
+            .contains("reminder, under Docker: `docker stop` sends SIGKILL 10s after its SIGTERM"),
         "{started}"
     );
     let stop = c.stop_in_background(10);

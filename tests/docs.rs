@@ -357,7 +357,10 @@ fn what_the_pilot_review_found_stays_fixed() {
     // a LIFEGUARD_* name, which lifeguard would warn about as unknown.
     assert!(!read("build.rs").contains("rustc-env=LIFEGUARD_"));
     // Every LIFEGUARD_* twin --help names is in the man page's ENVIRONMENT section.
-    let environment = man.split(".SH ENVIRONMENT").nth(1).expect("an ENVIRONMENT section");
+    let environment = man
+        .split(".SH ENVIRONMENT")
+        .nth(1)
+        .expect("an ENVIRONMENT section");
     let out = lifeguard().arg("--help").output().unwrap();
     let twins: Vec<String> = String::from_utf8_lossy(&out.stdout)
         .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
@@ -366,7 +369,10 @@ fn what_the_pilot_review_found_stays_fixed() {
         .collect();
     assert!(twins.len() > 10, "{twins:?}");
     for twin in twins {
-        assert!(environment.contains(&twin), "the man page's ENVIRONMENT lacks {twin}");
+        assert!(
+            environment.contains(&twin),
+            "the man page's ENVIRONMENT lacks {twin}"
+        );
     }
     // The log levels and DUMB_INIT_DEBUG's false values read the same everywhere.
     let migrating = read("docs/migrating.md").replace('\n', " ");
@@ -376,17 +382,25 @@ fn what_the_pilot_review_found_stays_fixed() {
         let at = text.find("DUMB_INIT_DEBUG").unwrap();
         let around = &text[at..(at + 300).min(text.len())];
         assert!(
-            ["0", "false", "no", "off"].iter().all(|f| around.contains(f)),
+            ["0", "false", "no", "off"]
+                .iter()
+                .all(|f| around.contains(f)),
             "DUMB_INIT_DEBUG's false values: {around}"
         );
     }
     // METRICS_INTERVAL: what the binary takes (1 to 86400, fractions too).
-    assert!(man.contains("from 1 to 86400"), "the man page's METRICS_INTERVAL");
+    assert!(
+        man.contains("from 1 to 86400"),
+        "the man page's METRICS_INTERVAL"
+    );
     assert!(read("docs/cloudwatch.md").contains("1 to 86400"));
     // The liveness probe's trade-off is said where the probes are recommended.
     for doc in ["README.md", "docs/lifecycle.md"] {
         let text = read(doc).replace('\n', " ");
-        assert!(text.contains("not that the app works"), "{doc}: the liveness trade-off");
+        assert!(
+            text.contains("not that the app works"),
+            "{doc}: the liveness trade-off"
+        );
     }
     // lifeguard_response_seconds and clients that open a connection per request.
     let metrics = read("docs/metrics.md").replace('\n', " ");

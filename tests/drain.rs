@@ -129,7 +129,9 @@ fn an_idle_app_stops_at_the_drain_delay_even_with_a_keep_alive_connection_open()
             // qemu-user refuses sock_diag: the sampler says it cannot read the port, and
             // a drain that cannot see holds to --drain-max (13 s: halfway from the 1 s
             // delay to the 25 s grace), saying why. Checked here instead.
-            eprintln!("UNDER EMULATION: {NO_SOCK_DIAG_UNDER_EMULATION}; checking the blind hold instead");
+            eprintln!(
+                "UNDER EMULATION: {NO_SOCK_DIAG_UNDER_EMULATION}; checking the blind hold instead"
+            );
             assert!(
                 took >= Duration::from_millis(12_900) && took < Duration::from_secs(16),
                 "stopped {took:?} after SIGTERM: a drain that cannot read holds to --drain-max (13 s)\n{}",

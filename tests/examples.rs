@@ -141,12 +141,20 @@ fn the_kubernetes_example_fits_lifeguards_flags_and_the_timing_rule() {
     // Scraped on the pods (a PodMonitor): 9595 stays out of the app's Service, where every
     // client of the Service could reach /metrics, as SECURITY.md says to keep it.
     let monitor = doc(&all, "kubernetes/podmonitor.yaml", Some("PodMonitor"));
-    assert_eq!(monitor["spec"]["podMetricsEndpoints"][0]["path"], "/metrics");
-    assert_eq!(monitor["spec"]["podMetricsEndpoints"][0]["port"], "lifeguard");
+    assert_eq!(
+        monitor["spec"]["podMetricsEndpoints"][0]["path"],
+        "/metrics"
+    );
+    assert_eq!(
+        monitor["spec"]["podMetricsEndpoints"][0]["port"],
+        "lifeguard"
+    );
     let service = doc(&all, "kubernetes/deployment.yaml", Some("Service"));
     let ports = service["spec"]["ports"].as_array().unwrap();
     assert!(
-        ports.iter().all(|p| p["port"] != 9595 && p["targetPort"] != "lifeguard"),
+        ports
+            .iter()
+            .all(|p| p["port"] != 9595 && p["targetPort"] != "lifeguard"),
         "the Service exposes lifeguard's port: {ports:?}"
     );
     let keda = doc(

@@ -179,7 +179,10 @@ fn the_release_script_writes_both_binaries_their_checksums_and_an_sbom() {
             "{macro_only} (compile time only) in the SBOM"
         );
     }
-    assert!(names.iter().any(|n| n == "musl"), "musl missing from the SBOM");
+    assert!(
+        names.iter().any(|n| n == "musl"),
+        "musl missing from the SBOM"
+    );
     // Every crate carries the SHA-256 of its .crate file, as Cargo.lock has it.
     let sbom: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(dir.join(format!("lifeguard-{version}.cdx.json"))).unwrap(),
@@ -355,7 +358,10 @@ fn the_readme_verify_steps_run_as_written_and_the_release_rebuilds_bit_for_bit()
         .current_dir(root())
         .output()
         .unwrap();
-    let release = records().into_iter().find(|r| r.version == "0.2.0").unwrap();
+    let release = records()
+        .into_iter()
+        .find(|r| r.version == "0.2.0")
+        .unwrap();
     assert_eq!(
         String::from_utf8_lossy(&found.stdout).trim(),
         release.commit,

@@ -65,9 +65,6 @@ fn what_the_app_leaves_gets_the_leftover_grace_not_the_whole_grace() {
             run.transcript()
         );
         let said = run.expect_log("what still runs then gets SIGKILL");
-        assert!(
-            said.contains("sigkill_in=5s"),
-            "{said}"
-        );
+        assert!(said.contains("sigkill_in=5s"), "{said}");
     }
 }

@@ -460,8 +460,15 @@ pub fn unknown_variables(names: impl Iterator<Item = String>) -> Vec<String> {
     // The CloudWatch contract's variables carry no LIFEGUARD_ prefix (METRICS_SINK is
     // --metrics-sink's twin): LIFEGUARD_METRICS_SINK means that one.
     known.extend(
-        ["METRICS_NAMESPACE", "METRICS_INTERVAL", "METRICS_DIMENSIONS", "METRICS_BURST_THRESHOLD", "METRICS_EXTRA", "METRICS_SINK"]
-            .map(String::from),
+        [
+            "METRICS_NAMESPACE",
+            "METRICS_INTERVAL",
+            "METRICS_DIMENSIONS",
+            "METRICS_BURST_THRESHOLD",
+            "METRICS_EXTRA",
+            "METRICS_SINK",
+        ]
+        .map(String::from),
     );
     unknown
         .into_iter()
@@ -777,7 +784,10 @@ mod tests {
                 .collect();
             assert!(!probe_requested(&command, &args), "{args:?}");
         }
-        usage_error(&["--grace", "1s", "--drain-delay", "2s", "app", "--probe"], &[]);
+        usage_error(
+            &["--grace", "1s", "--drain-delay", "2s", "app", "--probe"],
+            &[],
+        );
     }
 
     #[test]

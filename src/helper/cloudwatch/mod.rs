@@ -118,7 +118,10 @@ impl FailureLog {
                         let n = std::mem::take(&mut self.since_summary);
                         Some((
                             true,
-                            format!("{} still failing: {n} more failed calls; the last: {reason}", self.what),
+                            format!(
+                                "{} still failing: {n} more failed calls; the last: {reason}",
+                                self.what
+                            ),
                         ))
                     }
                     Some(_) => None,
@@ -450,7 +453,10 @@ mod tests {
         let agent = config::Agent::Tcp("127.0.0.1".into(), 25888);
         let mut log = FailureLog::new(&config::Sink::Emf(Some(agent)));
         let (_, first) = log.on(&fail, t0).unwrap();
-        assert!(first.starts_with("sending EMF records to the CloudWatch agent failed"), "{first}");
+        assert!(
+            first.starts_with("sending EMF records to the CloudWatch agent failed"),
+            "{first}"
+        );
         assert!(!first.contains("PutMetricData"), "{first}");
     }
 }
