@@ -660,24 +660,8 @@ fn a_helper_killed_during_the_drain_makes_the_hold_look_a_whole_quiet_period_afr
     // stop comes a whole --drain-quiet after it, not --drain-quiet after the request
     // (which would be 0.2 s after the kill).
     in_own_netns(|| {
-        let endpoint = free_port();
-        let listen = listen_flag(endpoint);
-        let (mut run, app_port) = start_server(
-            &[
-                "--drain-delay",
-                "0",
-                "--drain-quiet",
-                "1s",
-                "--drain-max",
-                "15s",
-                "--listen",
-                &listen,
-            ],
-            false,
-            true,
-        );
-        wait_for_answer(endpoint, "/readyz", 200, "ready");
-        let helper = helper_of(&run);
+        let (mut run, app_port, helper) =
+            start_watched(&["--drain-quiet", "1s", "--drain-max", "15s"]);
         let stream = request_in_flight(&run, app_port, "/slow/1500");
         run.signal(libc::SIGTERM);
         let answered = answer(stream);
@@ -714,6 +698,19 @@ fn a_helper_killed_during_the_drain_makes_the_hold_look_a_whole_quiet_period_afr
     });
 }
 
+/// The server with no drain delay and the endpoint on, once it is ready (the port seen
+/// listening): the run, the app's port, and lifeguard's helper process.
+fn start_watched(extra: &[&str]) -> (Run, u16, i32) {
+    let endpoint = free_port();
+    let listen = listen_flag(endpoint);
+    let mut flags = vec!["--drain-delay", "0", "--listen", &listen];
+    flags.extend_from_slice(extra);
+    let (run, app_port) = start_server(&flags, false, true);
+    wait_for_answer(endpoint, "/readyz", 200, "ready");
+    let helper = helper_of(&run);
+    (run, app_port, helper)
+}
+
 /// lifeguard's helper process (`lifeguard-helper`), a child of lifeguard.
 fn helper_of(run: &Run) -> i32 {
     wait_until("the helper process", || {
@@ -735,27 +732,14 @@ fn a_helper_stopped_at_the_sigterm_holds_the_stop_until_a_fresh_look_finds_the_p
     // drain holds (0.2.0 relayed after 1 s and the request was lost); once the helper
     // runs again, it sees the request, and the stop follows it by --drain-quiet.
     in_own_netns(|| {
-        let endpoint = free_port();
-        let listen = listen_flag(endpoint);
-        let (mut run, app_port) = start_server(
-            &[
-                "--drain-delay",
-                "0",
-                "--drain-quiet",
-                "1s",
-                "--drain-max",
-                "20s",
-                "--grace",
-                "25s",
-                "--listen",
-                &listen,
-            ],
-            false,
-            true,
-        );
-        // Ready: the port has been seen listening.
-        wait_for_answer(endpoint, "/readyz", 200, "ready");
-        let helper = helper_of(&run);
+        let (mut run, app_port, helper) = start_watched(&[
+            "--drain-quiet",
+            "1s",
+            "--drain-max",
+            "20s",
+            "--grace",
+            "25s",
+        ]);
         let stream = request_in_flight(&run, app_port, "/slow/6000");
         send(helper, libc::SIGSTOP);
         wait_until("the helper to stop", || {

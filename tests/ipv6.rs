@@ -28,6 +28,14 @@ fn v4(port: u16) -> SocketAddr {
     SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, port))
 }
 
+/// lifeguard as PID 1 with the default --listen (the harness turns the endpoint off
+/// unless told).
+fn start_on_the_default_listen(flags: &[&str]) -> Run {
+    start_with(Mode::Pid1, &args(flags, &[]), |c| {
+        c.env_remove("LIFEGUARD_LISTEN");
+    })
+}
+
 /// Removes 127.0.0.1 from this namespace's loopback: IPv6 alone, as an IPv6-only pod.
 fn ipv6_only() {
     let done = std::process::Command::new("ip")
@@ -49,14 +57,7 @@ fn ipv6_only() {
 fn in_an_ipv6_only_pod_the_default_endpoint_the_ready_port_and_the_probe_answer() {
     in_own_netns(|| {
         ipv6_only();
-        // The default --listen (the harness turns the endpoint off unless told).
-        let mut run = start_with(
-            Mode::Pid1,
-            &args(&["-v", "--ready-port", "9596"], &[]),
-            |c| {
-                c.env_remove("LIFEGUARD_LISTEN");
-            },
-        );
+        let mut run = start_on_the_default_listen(&["-v", "--ready-port", "9596"]);
         run.ready();
         wait_until("/readyz on [::1]:9595 to answer ready", || {
             (get_at(v6(9595), "/readyz").ok()? == (200, "ready".to_string())).then_some(())
@@ -81,13 +82,7 @@ fn in_an_ipv6_only_pod_the_default_endpoint_the_ready_port_and_the_probe_answer(
 #[test]
 fn the_default_endpoint_and_a_ready_port_with_listen_off_answer_on_both_families() {
     in_own_netns(|| {
-        let mut run = start_with(
-            Mode::Pid1,
-            &args(&["-v", "--ready-port", "9596"], &[]),
-            |c| {
-                c.env_remove("LIFEGUARD_LISTEN");
-            },
-        );
+        let mut run = start_on_the_default_listen(&["-v", "--ready-port", "9596"]);
         run.ready();
         for addr in [v4(9595), v6(9595)] {
             wait_until(&format!("/readyz on {addr}"), || {

@@ -457,8 +457,9 @@ pub fn unknown_variables(names: impl Iterator<Item = String>) -> Vec<String> {
     known.push("LIFEGUARD_FAULT".to_string());
     unknown.retain(|n| !known.contains(n));
     unknown.sort_unstable();
-    // The CloudWatch contract's variables carry no LIFEGUARD_ prefix (METRICS_SINK is
-    // --metrics-sink's twin): LIFEGUARD_METRICS_SINK means that one.
+    // The CloudWatch contract's variables carry no LIFEGUARD_ prefix (METRICS_SINK,
+    // --metrics-sink's twin, is already among clap's): LIFEGUARD_METRICS_SINK means that
+    // one.
     known.extend(
         [
             "METRICS_NAMESPACE",
@@ -466,7 +467,6 @@ pub fn unknown_variables(names: impl Iterator<Item = String>) -> Vec<String> {
             "METRICS_DIMENSIONS",
             "METRICS_BURST_THRESHOLD",
             "METRICS_EXTRA",
-            "METRICS_SINK",
         ]
         .map(String::from),
     );
