@@ -158,8 +158,13 @@ const CHECK_FAILING: usize = 13;
 const READY_PORT_OPEN: usize = 14;
 /// The sampler has seen a listener on `--inflight-port` (once set, for good).
 const PORT_SEEN: usize = 15;
+/// ECS scale-in protection: when the protection the agent last confirmed lapses, as
+/// nanoseconds from the epoch plus one (0: none). Written by the helper, read by
+/// supervision for the stop line; kept across helper restarts, so a new helper knows
+/// what its predecessor set.
+const PROTECTED_UNTIL: usize = 16;
 /// One counter per signal number.
-const FORWARDED: usize = 16;
+const FORWARDED: usize = 17;
 const WORDS: usize = FORWARDED + signal_names::MAX as usize + 1;
 
 /// What either side may read of the page. Each side writes through a handle of its own
@@ -327,6 +332,18 @@ impl Page {
         self.word(READY_PORT_OPEN) == 2
     }
 
+    /// Until when ECS holds the task out of scale-in, as far as the helper knows (the
+    /// agent confirmed it; counted from the call's start, so ECS's own expiry is no
+    /// earlier). None: not protected, or never asked.
+    pub fn protected_until(&self) -> Option<Instant> {
+        Some(self.at(self.word(PROTECTED_UNTIL).checked_sub(1)?))
+    }
+
+    /// Whether ECS holds the task out of scale-in at `now`.
+    pub fn scale_in_protected(&self, now: Instant) -> bool {
+        self.protected_until().is_some_and(|until| until > now)
+    }
+
     /// Whether the app check has passed once.
     pub fn check_passed(&self) -> bool {
         self.word(CHECK_PASSED) != 0
@@ -484,6 +501,12 @@ impl HelperBoard {
     pub fn beat(&self) {
         let now = self.since_epoch(Instant::now()) + 1;
         self.words[HEARTBEAT].store(now, Ordering::Release);
+    }
+
+    /// The scale-in protection the agent confirmed, until when (None: cleared).
+    pub fn set_protected_until(&self, until: Option<Instant>) {
+        let word = until.map_or(0, |at| self.since_epoch(at) + 1);
+        self.words[PROTECTED_UNTIL].store(word, Ordering::Release);
     }
 
     /// The sampler saw a listener on the port (kept for good, across helper restarts).

@@ -76,6 +76,7 @@ fn run() -> anyhow::Result<ExitCode> {
     // file knows both halves.
     let (app_check, check_interval) = (settings.app_check.clone(), settings.check_interval);
     let (metrics, cloudwatch) = (settings.metrics.clone(), settings.cloudwatch.clone());
+    let protection = settings.protection.clone();
     let helper = move |sockets: pid1::Sockets| -> Box<dyn pid1::HelperProcess> {
         Box::new(helper::Plan {
             endpoint: sockets.endpoint,
@@ -84,6 +85,7 @@ fn run() -> anyhow::Result<ExitCode> {
             check_interval,
             metrics,
             cloudwatch,
+            protection,
         })
     };
     let sizes = pid1::EndpointSizes {

@@ -30,6 +30,7 @@ use crate::signal_names::{self, Signal};
         METRICS_EXTRA              more metrics, on request: OldestRequestAge\n  \
         AWS_REGION, AWS_*          the AWS SDK's region, credentials, AWS_ENDPOINT_URL_CLOUDWATCH\n  \
         ECS_CONTAINER_METADATA_URI_V4  set by ECS: CPU and memory become the task's\n  \
+        ECS_AGENT_URI              set by ECS: where --scale-in-protection asks\n  \
         TINI_SUBREAPER, TINI_KILL_PROCESS_GROUP, TINI_VERBOSITY, DUMB_INIT_SETSID, DUMB_INIT_DEBUG\n                             \
         tini's and dumb-init's, honoured\n\n\
         See lifeguard(1)."
@@ -94,6 +95,13 @@ pub(super) struct Cli {
     #[arg(long, env = "LIFEGUARD_INFLIGHT_PORT", value_name = "PORT", value_parser = parse_port,
           allow_negative_numbers = true)]
     pub(super) inflight_port: Option<u16>,
+
+    /// On ECS: keep the task out of scale-in while a request on --inflight-port has been in
+    /// flight longer than AFTER (ECS task scale-in protection, a 2-minute expiry renewed
+    /// while that lasts, cleared AFTER (at least 1m) after the last one). Never delays a stop
+    #[arg(long, env = "LIFEGUARD_SCALE_IN_PROTECTION", value_name = "AFTER",
+          value_parser = parse_protect_after, allow_hyphen_values = true)]
+    pub(super) scale_in_protection: Option<ProtectAfter>,
 
     /// With METRICS_NAMESPACE: api = PutMetricData through the AWS SDK; emf = Embedded
     /// Metric Format records to the CloudWatch agent at AWS_EMF_AGENT_ENDPOINT, else on

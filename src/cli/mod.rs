@@ -23,6 +23,7 @@ use clap::{CommandFactory, FromArgMatches};
 use crate::helper::app_check::AppCheckKind;
 use crate::helper::cloudwatch;
 use crate::helper::metrics;
+use crate::helper::protection;
 use crate::logging::{self, Level};
 use crate::pid1::lifecycle;
 use crate::signal_names::{Rewrites, Signal};
@@ -100,6 +101,8 @@ pub struct Settings {
     pub metrics: metrics::Config,
     /// CloudWatch publishing (`METRICS_NAMESPACE` set).
     pub cloudwatch: Option<cloudwatch::Config>,
+    /// ECS scale-in protection (`--scale-in-protection` on ECS).
+    pub protection: Option<protection::Config>,
     pub probe: Option<(ProbeTarget, Duration)>,
     pub lifecycle: lifecycle::Config,
     pub pdeathsig: Option<Signal>,
@@ -355,6 +358,33 @@ fn settings(
             ));
         }
     }
+    let protect_after = cli.scale_in_protection.and_then(|p| p.0);
+    if protect_after.is_some() && cli.inflight_port.is_none() && probe.is_none() {
+        return Err(
+            "--scale-in-protection needs --inflight-port: a request's age is read from the \
+             app port's connections"
+                .to_string(),
+        );
+    }
+    // Off the task's agent (a laptop, a CI job, Kubernetes) the same image runs, and
+    // says once why nothing is protected.
+    let (protection, protection_warning) = match (protect_after, probe.is_some()) {
+        (Some(after), false) => match lookup("ECS_AGENT_URI").filter(|v| !v.trim().is_empty()) {
+            Some(uri) => match protection::agent::endpoint(&uri) {
+                Ok(endpoint) => (Some(protection::Config { after, endpoint }), None),
+                Err(reason) => (None, Some(format!("--scale-in-protection is off: {reason}"))),
+            },
+            None => (
+                None,
+                Some(
+                    "--scale-in-protection is off: ECS_AGENT_URI is not set (not on ECS, or an \
+                     ECS agent older than 1.65.0)"
+                        .to_string(),
+                ),
+            ),
+        },
+        _ => (None, None),
+    };
     // The probe sees the image's environment too, and must not refuse over it.
     let cloudwatch_config = match cloudwatch::config::from_env(lookup, cli.metrics_sink) {
         // A build without the SDK (no cargo feature cloudwatch-api) cannot call the
@@ -386,6 +416,7 @@ fn settings(
         app_check,
         check_interval: cli.ready_interval,
         cloudwatch: cloudwatch_config.clone(),
+        protection,
         metrics: metrics::Config {
             inflight_port: cli.inflight_port,
             // The ECS agent sets it in every container of a task (task metadata v4).
@@ -407,6 +438,16 @@ fn settings(
             )],
         }
         .into_iter()
+        .chain(protection_warning)
+        .chain(
+            (probe.is_none()
+                && protect_after.is_none()
+                && matches!(&cloudwatch_config, Some(c) if c.scale_in_protected))
+            .then(|| {
+                "METRICS_EXTRA=ScaleInProtected publishes nothing without --scale-in-protection"
+                    .to_string()
+            }),
+        )
         .chain(
             (probe.is_none()
                 && cli.inflight_port.is_none()

@@ -45,6 +45,32 @@ pub(super) fn parse_positive_duration(text: &str) -> Result<Duration, String> {
     }
 }
 
+/// `--scale-in-protection`: a request age (None: `off`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProtectAfter(pub Option<Duration>);
+
+/// The least `--scale-in-protection`: a request in flight for less is any request.
+const LEAST_AFTER: Duration = Duration::from_secs(1);
+
+/// `off`, or a duration of at least a second. Not "any request in flight": under steady
+/// traffic every task always has one, so every task would be protected and the service
+/// would never scale in.
+pub(super) fn parse_protect_after(text: &str) -> Result<ProtectAfter, String> {
+    if text.trim().eq_ignore_ascii_case("off") {
+        return Ok(ProtectAfter(None));
+    }
+    let after = parse_duration(text)
+        .map_err(|e| format!("{e}, or off"))?;
+    if after < LEAST_AFTER {
+        return Err(format!(
+            "'{text}' is shorter than 1s: that would protect a task for any request in \
+             flight, so under steady traffic every task and the service would never scale \
+             in; expected the age of a long request, such as 30s or 2m, or off"
+        ));
+    }
+    Ok(ProtectAfter(Some(after)))
+}
+
 /// `off`, `IP:PORT` (IPv4, `[IPv6]`), `HOST:PORT` with a host name, or `:PORT` for
 /// every address of both families (as the default).
 pub(super) fn parse_listen(text: &str) -> Result<Listen, String> {

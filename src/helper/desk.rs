@@ -46,6 +46,8 @@ pub struct Counters {
     cloudwatch_on: AtomicBool,
     /// The publisher runs with a client (false: it could not start, e.g. no region).
     cloudwatch_publishing: AtomicBool,
+    /// ECS scale-in protection runs (`lifeguard_scale_in_protected` is shown).
+    protection_on: AtomicBool,
     /// Connections lifeguard's own endpoint accepted: the drain's quiet rule tells them
     /// from the app's.
     endpoint_accepted: AtomicU64,
@@ -73,6 +75,8 @@ pub struct Snapshot {
     pub helper_restarts: u64,
     /// The last drain's length, from its SIGTERM to the stop signal (or the app's exit).
     pub drain_seconds: Option<f64>,
+    /// Whether ECS keeps the task out of scale-in (None: `--scale-in-protection` off).
+    pub scale_in_protected: Option<bool>,
     pub sample: Arc<Sample>,
 }
 
@@ -106,6 +110,7 @@ impl Desk {
                 cloudwatch: std::array::from_fn(|_| AtomicU64::new(0)),
                 cloudwatch_on: AtomicBool::new(false),
                 cloudwatch_publishing: AtomicBool::new(false),
+                protection_on: AtomicBool::new(false),
                 endpoint_accepted: AtomicU64::new(0),
             },
         })
@@ -138,6 +143,8 @@ impl Desk {
             helper_failures: threads::failures(),
             helper_restarts: self.board.helper_restarts(),
             drain_seconds: self.board.drain_seconds(),
+            scale_in_protected: (self.counters.protection_on.load(Ordering::Relaxed))
+                .then(|| self.board.scale_in_protected(asked)),
             sample,
         }
     }
@@ -272,6 +279,10 @@ impl Counters {
     /// included (set before the publisher starts, so from the first scrape).
     pub fn cloudwatch_on(&self) {
         self.cloudwatch_on.store(true, Ordering::Relaxed);
+    }
+
+    pub fn protection_on(&self) {
+        self.protection_on.store(true, Ordering::Relaxed);
     }
 
     /// Whether the publisher is running with a client.

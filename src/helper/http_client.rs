@@ -1,12 +1,13 @@
-//! A minimal HTTP/1.1 GET, for the app check (`--ready-http`): one
-//! connection per request, status and body back, bounded by the caller's timeout.
+//! A minimal HTTP/1.1 client, for the app check's GET (`--ready-http`) and the ECS
+//! agent's task-protection PUT: one connection per request, status and body back,
+//! bounded by the caller's timeout.
 #![forbid(unsafe_code)]
 
 use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use http_body_util::{BodyExt, Empty, Limited};
+use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Bytes;
 use hyper::Uri;
 use hyper_util::rt::TokioIo;
@@ -78,6 +79,17 @@ pub async fn get(uri: &Uri) -> Result<(u16, String), String> {
 
 /// GETs `uri`, keeping at most `max_body` bytes of the answer; a longer body is an error.
 pub async fn get_limited(uri: &Uri, max_body: usize) -> Result<(u16, String), String> {
+    request(hyper::Method::GET, uri, None, max_body).await
+}
+
+/// Sends `method` to `uri` with a JSON `body`, if any, and keeps at most `max_body` bytes
+/// of the answer.
+pub async fn request(
+    method: hyper::Method,
+    uri: &Uri,
+    json: Option<String>,
+    max_body: usize,
+) -> Result<(u16, String), String> {
     let host = uri.host().ok_or_else(|| format!("{uri} has no host"))?;
     let port = uri.port_u16().unwrap_or(80);
     let stream = connect(host, port).await?;
@@ -90,24 +102,30 @@ pub async fn get_limited(uri: &Uri, max_body: usize) -> Result<(u16, String), St
     });
     let path = uri.path_and_query().map_or("/", |p| p.as_str());
     let authority = uri.authority().map_or(host, |a| a.as_str());
-    let request = hyper::Request::get(path)
+    let mut request = hyper::Request::builder()
+        .method(method.clone())
+        .uri(path)
         .header(hyper::header::HOST, authority)
         .header(
             hyper::header::USER_AGENT,
             concat!("lifeguard/", env!("CARGO_PKG_VERSION")),
-        )
-        .body(Empty::<Bytes>::new())
+        );
+    if json.is_some() {
+        request = request.header(hyper::header::CONTENT_TYPE, "application/json");
+    }
+    let request = request
+        .body(Full::new(Bytes::from(json.unwrap_or_default())))
         .map_err(|e| format!("{uri}: {e}"))?;
     let response = sender
         .send_request(request)
         .await
-        .map_err(|e| format!("GET {uri}: {e}"))?;
+        .map_err(|e| format!("{method} {uri}: {e}"))?;
     let status = response.status().as_u16();
     let body = Limited::new(response.into_body(), max_body)
         .collect()
         .await
         .map(|b| String::from_utf8_lossy(&b.to_bytes()).trim().to_string())
-        .map_err(|e| format!("GET {uri}: reading the answer: {e}"))?;
+        .map_err(|e| format!("{method} {uri}: reading the answer: {e}"))?;
     Ok((status, body))
 }
 

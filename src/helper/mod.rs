@@ -1,6 +1,6 @@
 //! The helper process, `lifeguard-helper`: everything lifeguard does besides
-//! supervision — the endpoint, the app check, the sampler, the CloudWatch publisher —
-//! on threads of its own, in a process PID 1 forks after the app and starts again if it
+//! supervision — the endpoint, the app check, the sampler, the CloudWatch publisher,
+//! the scale-in protection — on threads of its own, in a process PID 1 forks after the app and starts again if it
 //! dies or hangs. It meets supervision only on the Board (board.rs). Its main thread
 //! keeps the heartbeat: a beat every 2 s while every helper thread's runtime is
 //! turning, none once one of them has been stuck for `STUCK` (a deadlock or a spin a
@@ -15,6 +15,7 @@ pub mod endpoint;
 pub mod health;
 pub mod http_client;
 pub mod metrics;
+pub mod protection;
 pub mod threads;
 
 use std::convert::Infallible;
@@ -38,6 +39,8 @@ pub struct Plan {
     pub check_interval: Duration,
     pub metrics: metrics::Config,
     pub cloudwatch: Option<cloudwatch::Config>,
+    /// ECS scale-in protection (`--scale-in-protection` on ECS).
+    pub protection: Option<protection::Config>,
 }
 
 impl Plan {
@@ -111,6 +114,9 @@ pub fn run(plan: &Plan, board: HelperBoard) -> Infallible {
     app_check::start(plan.app_check.clone(), plan.check_interval, desk.clone());
     if plan.sampled() {
         metrics::start(plan.metrics.clone(), desk.clone());
+    }
+    if let Some(config) = plan.protection.clone() {
+        protection::start(config, desk.clone());
     }
     let mut publisher = plan
         .cloudwatch

@@ -1,7 +1,7 @@
 //! The helper threads — the endpoint, the app check, the sampler, the CloudWatch
-//! publisher — and what keeps their faults their own: each runs on a thread of its own
-//! with a tokio runtime of its own, a panic unwinds that helper alone (the release
-//! build unwinds; docs/decisions.md), is logged once and counted
+//! publisher, the scale-in protection — and what keeps their faults their own: each
+//! runs on a thread of its own with a tokio runtime of its own, a panic unwinds that
+//! helper alone (the release build unwinds; docs/decisions.md), is logged once and counted
 //! (`lifeguard_helper_failures_total{helper}`), and the helper is started again in
 //! place after a pause. They all live in the helper process, apart from supervision
 //! (ARCHITECTURE.md); each one's runtime ticks a turn counter, which the helper's
@@ -21,6 +21,9 @@ use std::time::{Duration, Instant};
 use crate::kernel;
 use crate::logging;
 
+/// How many helpers there are.
+const HELPERS: usize = 5;
+
 /// The helpers, as `lifeguard_helper_failures_total{helper}` names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Helper {
@@ -28,14 +31,16 @@ pub enum Helper {
     AppCheck,
     Sampler,
     CloudWatch,
+    ScaleIn,
 }
 
 impl Helper {
-    pub const ALL: [Helper; 4] = [
+    pub const ALL: [Helper; HELPERS] = [
         Helper::Endpoint,
         Helper::AppCheck,
         Helper::Sampler,
         Helper::CloudWatch,
+        Helper::ScaleIn,
     ];
 
     /// The label value, which is also the thread's name.
@@ -45,6 +50,7 @@ impl Helper {
             Helper::AppCheck => "app-check",
             Helper::Sampler => "sampler",
             Helper::CloudWatch => "cloudwatch",
+            Helper::ScaleIn => "scale-in",
         }
     }
 
@@ -62,11 +68,11 @@ impl Helper {
 }
 
 /// Panics per helper since start; read by the endpoint (`/metrics`).
-static FAILURES: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
+static FAILURES: [AtomicU64; HELPERS] = [const { AtomicU64::new(0) }; HELPERS];
 /// Which helpers were started, so that `/metrics` shows their counters from the first
 /// scrape, zeros included.
-static STARTED: [std::sync::atomic::AtomicBool; 4] =
-    [const { std::sync::atomic::AtomicBool::new(false) }; 4];
+static STARTED: [std::sync::atomic::AtomicBool; HELPERS] =
+    [const { std::sync::atomic::AtomicBool::new(false) }; HELPERS];
 
 /// (helper, panics) for every helper that runs.
 pub fn failures() -> Vec<(Helper, u64)> {
@@ -80,9 +86,9 @@ pub fn failures() -> Vec<(Helper, u64)> {
 /// Turns of each helper's runtime (a tick every 2 s from a task of its own on it), and
 /// whether the helper is between runs (the pause after a panic) or done for good: what
 /// the helper process's heartbeat is made of.
-static TURNS: [AtomicU64; 4] = [const { AtomicU64::new(0) }; 4];
-static RESTING: [std::sync::atomic::AtomicBool; 4] =
-    [const { std::sync::atomic::AtomicBool::new(false) }; 4];
+static TURNS: [AtomicU64; HELPERS] = [const { AtomicU64::new(0) }; HELPERS];
+static RESTING: [std::sync::atomic::AtomicBool; HELPERS] =
+    [const { std::sync::atomic::AtomicBool::new(false) }; HELPERS];
 /// Two ticks fit in `STUCK` (5 s) with room for a late one; a tick a second cost each
 /// idle runtime two wake-ups a second for nothing.
 const TURN_EVERY: Duration = Duration::from_secs(2);
@@ -91,7 +97,7 @@ const TURN_EVERY: Duration = Duration::from_secs(2);
 /// helper's turn count with the one it saw last, and when that last moved.
 #[derive(Default)]
 pub struct Watch {
-    seen: [(u64, Option<Instant>); 4],
+    seen: [(u64, Option<Instant>); HELPERS],
 }
 
 impl Watch {

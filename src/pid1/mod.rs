@@ -167,6 +167,7 @@ pub fn supervise(
         me: kernel::own_pid(),
         inflight_port: settings.metrics.inflight_port,
         ready_port: settings.ready_port,
+        scale_in_protection: settings.protection.is_some(),
         ready_open: false,
         ready_retry: None,
         woke_late: Duration::ZERO,

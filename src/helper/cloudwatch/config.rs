@@ -30,10 +30,13 @@ pub struct Config {
     /// `METRICS_EXTRA=OldestRequestAge`: the oldest waiting request's age too (a custom
     /// metric more, so only on request).
     pub oldest_request_age: bool,
+    /// `METRICS_EXTRA=ScaleInProtected`: 1 while ECS keeps the task out of scale-in, 0
+    /// otherwise (with `--scale-in-protection`).
+    pub scale_in_protected: bool,
 }
 
 /// The metrics `METRICS_EXTRA` may name.
-pub const EXTRA_METRICS: [&str; 1] = ["OldestRequestAge"];
+pub const EXTRA_METRICS: [&str; 2] = ["OldestRequestAge", "ScaleInProtected"];
 
 /// `METRICS_SINK` (`--metrics-sink`): the two ways to CloudWatch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -70,6 +73,10 @@ pub fn from_env(
         return Ok(None);
     };
     let set = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+    let extra = match set("METRICS_EXTRA") {
+        Some(text) => extra_of(&text)?,
+        None => Vec::new(),
+    };
     Ok(Some(Config {
         sink: match sink {
             SinkKind::Api => Sink::Api,
@@ -91,10 +98,8 @@ pub fn from_env(
             Some(text) => threshold_of(&text)?,
             None => None,
         },
-        oldest_request_age: match set("METRICS_EXTRA") {
-            Some(text) => extra_of(&text)?.contains(&"OldestRequestAge"),
-            None => false,
-        },
+        oldest_request_age: extra.contains(&"OldestRequestAge"),
+        scale_in_protected: extra.contains(&"ScaleInProtected"),
     }))
 }
 
@@ -291,6 +296,7 @@ mod tests {
                 dimensions: vec![],
                 burst_threshold: None,
                 oldest_request_age: false,
+                scale_in_protected: false,
             }))
         );
         let with = |extra: &'static str| {

@@ -138,6 +138,7 @@ fn reading(sample: &Sample) -> Reading {
         cpu_percent: sample.cpu_utilization_percent,
         memory_percent: sample.memory_utilization_percent,
         oldest_request_age: sample.request_oldest_seconds,
+        scale_in_protected: None,
     }
 }
 
@@ -289,7 +290,8 @@ async fn publish(
         ],
     );
     let mut plan = Plan::new(config.interval, config.burst_threshold, Instant::now())
-        .with_oldest_request_age(config.oldest_request_age);
+        .with_oldest_request_age(config.oldest_request_age)
+        .with_scale_in_protected(config.scale_in_protected);
     let mut samples = desk.watch_sample();
     // With -vv, the in-flight samples behind each publish, in the order taken.
     let mut sampled = logging::enabled(logging::Level::Debug).then(Sampled::default);
@@ -309,7 +311,12 @@ async fn publish(
                 if let (Some(sampled), Some(n)) = (sampled.as_mut(), sample.requests_in_flight) {
                     sampled.push(n);
                 }
-                if plan.record(reading(&sample), now) {
+                let reading = Reading {
+                    // The Board's word, which only a protection on ECS ever sets.
+                    scale_in_protected: Some(desk.board.scale_in_protected(now)),
+                    ..reading(&sample)
+                };
+                if plan.record(reading, now) {
                     wants_publish = true;
                 }
             }

@@ -50,6 +50,8 @@ pub struct Reading {
     pub memory_percent: Option<f64>,
     /// The oldest waiting request's age, in seconds.
     pub oldest_request_age: Option<f64>,
+    /// Whether ECS keeps the task out of scale-in (with `--scale-in-protection`).
+    pub scale_in_protected: Option<bool>,
 }
 
 #[derive(Clone, Debug)]
@@ -58,6 +60,8 @@ pub struct Plan {
     burst_threshold: Option<u64>,
     /// Whether `OldestRequestAge` is published (`METRICS_EXTRA`).
     oldest_request_age: bool,
+    /// Whether `ScaleInProtected` is published (`METRICS_EXTRA`).
+    scale_in_protected: bool,
     started: Instant,
     last_publish: Option<Instant>,
     window: Window,
@@ -71,6 +75,8 @@ struct Window {
     in_flight: BTreeMap<u64, u64>,
     /// The oldest request's age in milliseconds → how many samples had it.
     oldest_request_ms: BTreeMap<u64, u64>,
+    /// Samples taken unprotected and protected.
+    protected: [u64; 2],
     cpu_sum: f64,
     cpu_samples: u32,
     memory: Option<f64>,
@@ -82,6 +88,7 @@ impl Plan {
             interval,
             burst_threshold,
             oldest_request_age: false,
+            scale_in_protected: false,
             started: now,
             last_publish: None,
             window: Window::default(),
@@ -91,6 +98,12 @@ impl Plan {
     /// Publishes `OldestRequestAge` too.
     pub fn with_oldest_request_age(mut self, on: bool) -> Plan {
         self.oldest_request_age = on;
+        self
+    }
+
+    /// Publishes `ScaleInProtected` too.
+    pub fn with_scale_in_protected(mut self, on: bool) -> Plan {
+        self.scale_in_protected = on;
         self
     }
 
@@ -107,6 +120,9 @@ impl Plan {
         if let (true, Some(age)) = (self.oldest_request_age, reading.oldest_request_age) {
             let ms = (age * 1000.0).round() as u64;
             *self.window.oldest_request_ms.entry(ms).or_insert(0) += 1;
+        }
+        if let (true, Some(protected)) = (self.scale_in_protected, reading.scale_in_protected) {
+            self.window.protected[usize::from(protected)] += 1;
         }
         if let Some(cpu) = reading.cpu_percent {
             self.window.cpu_sum += cpu;
@@ -155,6 +171,18 @@ impl Plan {
             batch.push(Datum {
                 name: "OldestRequestAge",
                 value: Value::Seconds(fit(distinct, MAX_VALUES)),
+            });
+        }
+        if window.protected != [0, 0] {
+            // 0 and 1 with their counts: the Average is the share of the interval the
+            // task was protected, the Maximum whether it was at all.
+            let distinct = (0..2)
+                .filter(|&i| window.protected[i] > 0)
+                .map(|i| (i as f64, window.protected[i]))
+                .collect();
+            batch.push(Datum {
+                name: "ScaleInProtected",
+                value: Value::Samples(distinct),
             });
         }
         let quiet = QUIET_FLOOR.max(self.interval * 2);
@@ -227,6 +255,7 @@ mod tests {
             cpu_percent: Some(cpu),
             memory_percent: Some(memory),
             oldest_request_age: None,
+            scale_in_protected: None,
         }
     }
 
@@ -250,6 +279,34 @@ mod tests {
     fn percentile(sorted: &[f64], p: f64) -> f64 {
         let rank = ((p / 100.0) * sorted.len() as f64).ceil().max(1.0) as usize;
         sorted[rank - 1]
+    }
+
+    #[test]
+    fn scale_in_protection_goes_out_only_on_request_as_zeros_and_ones() {
+        let t0 = Instant::now();
+        let protected = |on: bool| Reading {
+            in_flight: Some(1),
+            scale_in_protected: Some(on),
+            ..Default::default()
+        };
+        let mut off = Plan::new(Duration::from_secs(10), None, t0);
+        off.record(protected(true), at(t0, 1.0));
+        assert_eq!(names(&off.take(at(t0, 10.0))), ["RequestsInFlight"]);
+        let mut on = Plan::new(Duration::from_secs(10), None, t0).with_scale_in_protected(true);
+        for (s, p) in [(1.0, false), (2.0, true), (3.0, true), (4.0, true)] {
+            on.record(protected(p), at(t0, s));
+        }
+        let batch = on.take(at(t0, 10.0));
+        assert_eq!(names(&batch), ["RequestsInFlight", "ScaleInProtected"]);
+        assert_eq!(batch[1].value, samples(&[(0.0, 1), (1.0, 3)]));
+        // Protected all along: the one value.
+        for s in 11..=15 {
+            on.record(protected(true), at(t0, s as f64));
+        }
+        assert_eq!(on.take(at(t0, 20.0))[1].value, samples(&[(1.0, 5)]));
+        // No sample knew (no reading of it): nothing sent.
+        on.record(Reading::default(), at(t0, 21.0));
+        assert!(on.take(at(t0, 30.0)).iter().all(|d| d.name != "ScaleInProtected"));
     }
 
     #[test]
@@ -356,6 +413,7 @@ mod tests {
             cpu_percent: Some(250.0),
             memory_percent: Some(12.0),
             oldest_request_age: None,
+            scale_in_protected: None,
         };
         assert!(!plan.record(reading, at(t0, 21.0)));
         let batch = plan.take(at(t0, 21.0));

@@ -287,9 +287,15 @@ const FAMILIES: &[Family] = &[
         read: |s| one(s.drain_seconds),
     },
     Family {
+        name: "lifeguard_scale_in_protected",
+        kind: Kind::Gauge,
+        help: "1 while ECS keeps this task out of scale-in (--scale-in-protection: a request has been in flight longer than AFTER), 0 otherwise.",
+        read: |s| one(s.scale_in_protected.map(flag)),
+    },
+    Family {
         name: "lifeguard_helper_failures_total",
         kind: Kind::Counter,
-        help: "Panics of each helper thread (endpoint, app-check, sampler, cloudwatch); each is restarted, supervision goes on.",
+        help: "Panics of each helper thread (endpoint, app-check, sampler, cloudwatch, scale-in); each is restarted, supervision goes on.",
         read: |s| {
             s.helper_failures
                 .iter()

@@ -64,6 +64,8 @@ pub struct Supervisor<S: Sys> {
     pub inflight_port: Option<u16>,
     /// `--ready-port`, and whether it listens now.
     pub ready_port: Option<u16>,
+    /// `--scale-in-protection` is on: the stop line says whether ECS held the task.
+    pub scale_in_protection: bool,
     pub ready_open: bool,
     /// A listen of the ready port failed (the port taken meanwhile): when to try again.
     /// Never recorded as open meanwhile, and `/readyz` is not ready.

@@ -2,7 +2,7 @@
 //! plan), a drain's end. Formatted only after what reaches processes has gone out.
 #![forbid(unsafe_code)]
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::forwarding::Sent;
 use super::Supervisor;
@@ -142,6 +142,12 @@ impl<S: Sys> Supervisor<S> {
                 fields.push(("sigkill_at", &kill));
                 if self.ready_port.is_some() {
                     fields.push(("ready_port", &"closed"));
+                }
+                // Read off the Board, where the helper writes the expiry the agent
+                // confirmed: true even if the helper is gone, as ECS's own expiry is.
+                let protected = self.board.scale_in_protected(Instant::now());
+                if self.scale_in_protection {
+                    fields.push(("scale_in_protected", if protected { &"yes" } else { &"no" }));
                 }
                 logging::notice(what, &fields);
             }

@@ -289,6 +289,7 @@ fn run_on(
         me: 1,
         inflight_port: None,
         ready_port: Some(9596),
+        scale_in_protection: false,
         ready_open: false,
         ready_retry: None,
         woke_late: Duration::ZERO,
