@@ -17,7 +17,24 @@
 //! `helper-main` (the helper process's main thread, each heartbeat), and one on the
 //! supervision thread itself, `signals-taken` (signals just read, not yet handled: the
 //! instant a preempted main thread would stretch), for `pause` only.
+//! `LIFEGUARD_FAULT_MINUTE` shortens the scale-in protection's minute (`minute`).
 #![forbid(unsafe_code)]
+
+/// The scale-in protection's minute (its expiry, renewal, least settle time and the
+/// pause after AccessDenied are counted in minutes): a real one, except in the test
+/// build, where `LIFEGUARD_FAULT_MINUTE=MS` shortens it so that a test sees a renewal
+/// or a lapse in seconds. The agent is still asked for `ExpiresInMinutes` as usual; the
+/// tests' emulator of the agent counts its minutes alike.
+pub fn minute() -> std::time::Duration {
+    #[cfg(feature = "fault-injection")]
+    if let Some(ms) = std::env::var("LIFEGUARD_FAULT_MINUTE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        return std::time::Duration::from_millis(ms);
+    }
+    std::time::Duration::from_secs(60)
+}
 
 /// Marks a place where a test may inject a fault.
 #[cfg(not(feature = "fault-injection"))]

@@ -711,16 +711,6 @@ fn start_watched(extra: &[&str]) -> (Run, u16, i32) {
     (run, app_port, helper)
 }
 
-/// lifeguard's helper process (`lifeguard-helper`), a child of lifeguard.
-fn helper_of(run: &Run) -> i32 {
-    wait_until("the helper process", || {
-        children(run.pid).into_iter().find(|pid| {
-            std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|comm| comm.trim() == "lifeguard-helpe")
-        })
-    })
-}
-
 #[test]
 fn a_helper_stopped_at_the_sigterm_holds_the_stop_until_a_fresh_look_finds_the_port_quiet() {
     if skipped_under_emulation(NO_SOCK_DIAG_UNDER_EMULATION) {

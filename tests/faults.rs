@@ -10,31 +10,10 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use common::cloudwatch::Emulator;
 use common::*;
-
-/// The fault-injection build of lifeguard: release profile without LTO
-/// (`[profile.faults]`), `--features fault-injection`.
-fn faulty() -> &'static [String] {
-    static ARGV: OnceLock<Vec<String>> = OnceLock::new();
-    ARGV.get_or_init(|| {
-        let dir = build(
-            "faults",
-            &[
-                "--profile",
-                "faults",
-                "--locked",
-                "--features",
-                "fault-injection",
-            ],
-            "the fault-injection build",
-        );
-        vec![dir.join("faults").join("lifeguard").display().to_string()]
-    })
-}
 
 const DRAIN: Duration = Duration::from_secs(1);
 const GRACE: Duration = Duration::from_secs(6);
@@ -50,7 +29,7 @@ fn start_faulty(fault: &str, flags: &[&str], env: &[(&str, String)]) -> Run {
         .collect();
     let fault = fault.to_string();
     let run = start_program(
-        faulty(),
+        fault_build(),
         Mode::Pid1,
         &args(&all, &["--exit-on", "none"]),
         move |cmd| {
@@ -328,7 +307,7 @@ fn the_shipped_binary_carries_no_fault_points() {
         let bytes = std::fs::read(path).unwrap();
         bytes.windows(marker.len()).any(|w| w == marker)
     };
-    assert!(contains(&faulty()[0]), "the fault build lacks its marker");
+    assert!(contains(&fault_build()[0]), "the fault build lacks its marker");
     let shipped = static_binaries().join("lifeguard");
     assert!(
         !contains(&shipped.display().to_string()),
@@ -347,7 +326,7 @@ fn the_shipped_binary_carries_no_fault_points() {
         unwinds(&shipped.display().to_string()),
         "the shipped binary aborts on panic"
     );
-    assert!(unwinds(&faulty()[0]));
+    assert!(unwinds(&fault_build()[0]));
 }
 
 /// Requests no endpoint should choke on: malformed, random, oversized, and shaped like
@@ -507,7 +486,7 @@ fn start_helped(fault: &str, port: u16, extra: &[&str]) -> Run {
     // The app listens on its port: with --inflight-port and no other check, that is
     // when it is ready.
     let run = start_program(
-        faulty(),
+        fault_build(),
         Mode::Pid1,
         &args(&flags, &["--code", "7", "--http", &app_port]),
         move |cmd| {
@@ -845,7 +824,7 @@ fn a_child_of_the_helpers_is_neither_the_apps_nor_left_behind() {
     let port = free_port();
     let listen = listen_flag(port);
     let mut run = start_program(
-        faulty(),
+        fault_build(),
         Mode::Subreaper,
         &args(&["-v", "--listen", &listen], &["--code", "7"]),
         |cmd| {

@@ -495,7 +495,7 @@ pub fn unknown_variables(names: impl Iterator<Item = String>) -> Vec<String> {
     // (named only there: a shipped binary carries no trace of fault injection).
     known.extend(["LIFEGUARD_VERBOSE", "LIFEGUARD_QUIET"].map(String::from));
     #[cfg(feature = "fault-injection")]
-    known.push("LIFEGUARD_FAULT".to_string());
+    known.extend(["LIFEGUARD_FAULT", "LIFEGUARD_FAULT_MINUTE"].map(String::from));
     unknown.retain(|n| !known.contains(n));
     unknown.sort_unstable();
     // The CloudWatch contract's variables carry no LIFEGUARD_ prefix (METRICS_SINK,

@@ -5,6 +5,7 @@
 
 pub mod cloudwatch;
 pub mod ecs;
+pub mod ecs_agent;
 pub mod haproxy;
 pub mod netns;
 
@@ -656,6 +657,37 @@ pub fn build(dir: &str, cargo_args: &[&str], what: &str) -> std::path::PathBuf {
         .expect("cannot run cargo");
     assert!(out.success(), "THIS TEST CANNOT RUN: {what} failed");
     target_dir
+}
+
+/// The fault-injection build of lifeguard: release profile without LTO
+/// (`[profile.faults]`), `--features fault-injection` (src/faults.rs), built once per
+/// test binary.
+pub fn fault_build() -> &'static [String] {
+    static ARGV: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    ARGV.get_or_init(|| {
+        let dir = build(
+            "faults",
+            &[
+                "--profile",
+                "faults",
+                "--locked",
+                "--features",
+                "fault-injection",
+            ],
+            "the fault-injection build",
+        );
+        vec![dir.join("faults").join("lifeguard").display().to_string()]
+    })
+}
+
+/// lifeguard's helper process (`lifeguard-helper`), a child of lifeguard.
+pub fn helper_of(run: &Run) -> i32 {
+    wait_until("the helper process", || {
+        children(run.pid).into_iter().find(|pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|comm| comm.trim() == "lifeguard-helpe")
+        })
+    })
 }
 
 /// The shipped binaries: static musl, release profile (as scripts/build-static.sh

@@ -46,9 +46,11 @@ pub fn start(config: Config, desk: Arc<Desk>) {
 async fn run(config: Config, desk: Arc<Desk>) {
     let mut rule = Rule::new(
         config.after,
+        crate::faults::minute(),
         desk.board.protected_until(),
         Instant::now(),
     );
+    let expires = crate::seconds::human(rule.expiry());
     let (after, settle) = (
         crate::seconds::human(config.after),
         crate::seconds::human(rule.settle()),
@@ -68,14 +70,14 @@ async fn run(config: Config, desk: Arc<Desk>) {
         let now = Instant::now();
         if let Some(said) = rule.expire(now) {
             desk.board.set_protected_until(None);
-            tell(said);
+            tell(said, &expires);
         }
         if let Some(ask) = rule.due(now) {
             let sent = Instant::now();
             let answer = agent::call(&config.endpoint, ask).await;
             let now = Instant::now();
             for said in rule.answered(ask, sent, answer, now, jitter()) {
-                tell(said);
+                tell(said, &expires);
             }
             desk.board.set_protected_until(rule.protected_until(now));
             continue;
@@ -112,14 +114,13 @@ fn jitter() -> f64 {
     f64::from(nanos % 1000) / 1000.0
 }
 
-fn tell(said: Said) {
-    let expires = crate::seconds::human(rule::EXPIRY);
+fn tell(said: Said, expires: &dyn std::fmt::Display) {
     match said {
         Said::Protected { oldest } => logging::notice(
             "scale-in protection set: a request has been in flight longer than --scale-in-protection; ECS keeps this task out of scale-in, renewed while that lasts",
-            &[("oldest", &format!("{oldest:.1}s")), ("expires_in", &expires)],
+            &[("oldest", &format!("{oldest:.1}s")), ("expires_in", expires)],
         ),
-        Said::Renewed => logging::debug("scale-in protection renewed", &[("expires_in", &expires)]),
+        Said::Renewed => logging::debug("scale-in protection renewed", &[("expires_in", expires)]),
         Said::Cleared { quiet_for } => {
             let quiet = quiet_for.map(crate::seconds::human);
             let fields: Vec<logging::Field> = quiet.iter().map(|q| ("quiet_for", q as _)).collect();

@@ -11,24 +11,25 @@ use std::time::{Duration, Instant};
 /// hangs, cannot reach the agent or can no longer see the port stops renewing, and the
 /// task is back among those scale-in may pick within two minutes at most — a
 /// protection left for hours would hold a service above its desired count for hours.
-pub const EXPIRES_IN_MINUTES: u64 = 2;
-pub const EXPIRY: Duration = Duration::from_secs(EXPIRES_IN_MINUTES * 60);
-/// Renewed once half of it has gone: a call a minute per protected task, and a minute
-/// of retries before a renewal that keeps failing lets it lapse.
-pub const RENEW_AFTER: Duration = Duration::from_secs(60);
-/// The settle time is `AFTER`, and at least this: a stream of long requests, where a
-/// new one is younger than `AFTER` while its predecessor has just ended, keeps the
-/// protection instead of clearing and setting it again each time.
-pub const MIN_SETTLE: Duration = Duration::from_secs(60);
+pub const EXPIRES_IN_MINUTES: u32 = 2;
 /// A look older than this is no look: the sampler looks every second, and a late one
 /// (the helper starved) neither sets nor clears anything.
 const FRESH: Duration = Duration::from_secs(3);
-/// Pauses after a failed call: doubling from the first, up to the last.
+/// The first pause after a failed call; each failure in a row doubles it, up to a
+/// minute.
 const FIRST_RETRY: Duration = Duration::from_secs(2);
-const MAX_RETRY: Duration = Duration::from_secs(60);
-/// After AccessDenied: the role's policy may be fixed while the task runs, though not
-/// within seconds.
-const DENIED_RETRY: Duration = Duration::from_secs(300);
+/// The rule's other times, in minutes (`Rule::new` takes the minute's length: a real
+/// one, except in the tests' fault-injection build):
+/// - renewed once half the expiry has gone: a call a minute per protected task, and a
+///   minute of retries before a renewal that keeps failing lets it lapse;
+const RENEW_AFTER_MINUTES: u32 = 1;
+/// - the settle time is `AFTER`, and at least a minute: a stream of long requests, where
+///   a new one is younger than `AFTER` while its predecessor has just ended, keeps the
+///   protection instead of clearing and setting it again each time;
+const LEAST_SETTLE_MINUTES: u32 = 1;
+/// - after AccessDenied, tried again every 5 minutes: the role's policy may be fixed
+///   while the task runs, though not within seconds.
+const DENIED_RETRY_MINUTES: u32 = 5;
 
 /// A call to the agent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -99,6 +100,7 @@ pub enum Said {
 #[derive(Clone, Debug)]
 pub struct Rule {
     after: Duration,
+    minute: Duration,
     settle: Duration,
     /// The protection the agent confirmed, until when (counted from the call's start).
     until: Option<Instant>,
@@ -113,8 +115,10 @@ pub struct Rule {
     read_done: bool,
     /// No call before this (the pause after a failure).
     retry_at: Option<Instant>,
-    /// Failed calls in a row.
+    /// Failed calls in a row (the start's read aside).
     failures: u32,
+    /// AccessDenied has been said.
+    denied_told: bool,
     /// Not a service's task: nothing more to ask.
     off: bool,
     /// A SIGTERM: the task is stopping, nothing more to ask.
@@ -122,15 +126,18 @@ pub struct Rule {
 }
 
 impl Rule {
-    /// A rule for `AFTER`, knowing what a predecessor helper left on the Board.
-    pub fn new(after: Duration, left: Option<Instant>, now: Instant) -> Rule {
+    /// A rule for `AFTER` with minutes of `minute`, knowing what a predecessor helper
+    /// left on the Board.
+    pub fn new(after: Duration, minute: Duration, left: Option<Instant>, now: Instant) -> Rule {
         let left = left.filter(|until| *until > now);
+        let expiry = minute * EXPIRES_IN_MINUTES;
         Rule {
             after,
-            settle: after.max(MIN_SETTLE),
+            minute,
+            settle: after.max(minute * LEAST_SETTLE_MINUTES),
             until: left,
             // Asked for an expiry ago (the Board holds the call's start plus it).
-            confirmed: left.and_then(|until| until.checked_sub(EXPIRY)),
+            confirmed: left.and_then(|until| until.checked_sub(expiry)),
             latest: None,
             // What the predecessor saw is unknown: the first fresh look decides, a
             // long request renewing it in time, none clearing it.
@@ -139,9 +146,19 @@ impl Rule {
             read_done: false,
             retry_at: None,
             failures: 0,
+            denied_told: false,
             off: false,
             stopping: false,
         }
+    }
+
+    /// How long a protection lasts unless renewed.
+    pub fn expiry(&self) -> Duration {
+        self.minute * EXPIRES_IN_MINUTES
+    }
+
+    fn renew_after(&self) -> Duration {
+        self.minute * RENEW_AFTER_MINUTES
     }
 
     /// The settle time: how long no request older than `AFTER` is seen before the
@@ -205,7 +222,7 @@ impl Rule {
             // Blind: neither renewed nor cleared; the expiry decides.
             return (fresh == Some(false)).then_some(Ask::Clear);
         }
-        let renew_at = self.confirmed.map(|at| at + RENEW_AFTER);
+        let renew_at = self.confirmed.map(|at| at + self.renew_after());
         renew_at.is_some_and(|at| now >= at).then_some(Ask::Protect)
     }
 
@@ -218,7 +235,7 @@ impl Rule {
         let until = self.until;
         [
             self.retry_at,
-            until.and(self.confirmed.map(|at| at + RENEW_AFTER)),
+            until.and(self.confirmed.map(|at| at + self.renew_after())),
             until.and(self.last_long.map(|at| at + self.settle)),
             until,
         ]
@@ -261,13 +278,16 @@ impl Rule {
                 }
                 self.failures = 0;
                 self.retry_at = None;
+                if ask != Ask::Read {
+                    self.denied_told = false;
+                }
                 match (ask, enabled) {
                     (Ask::Read, _) => {
                         if enabled && self.until.is_none() {
                             // Set before this helper started, with an expiry it cannot
                             // tell: renewed or cleared at the first chance.
-                            self.until = Some(sent + EXPIRY);
-                            self.confirmed = sent.checked_sub(RENEW_AFTER);
+                            self.until = Some(sent + self.expiry());
+                            self.confirmed = sent.checked_sub(self.renew_after());
                         } else if !enabled {
                             self.until = None;
                             self.confirmed = None;
@@ -276,7 +296,7 @@ impl Rule {
                     }
                     (Ask::Protect, true) => {
                         let renewal = self.protected_until(sent).is_some();
-                        self.until = Some(sent + EXPIRY);
+                        self.until = Some(sent + self.expiry());
                         self.confirmed = Some(sent);
                         said.push(if renewal {
                             Said::Renewed
@@ -309,13 +329,16 @@ impl Rule {
                 said.push(Said::NotAService);
             }
             Answer::Denied(message) => {
-                if ask != Ask::Read {
-                    self.retry_at = Some(now + DENIED_RETRY);
-                }
-                if self.failures == 0 {
+                // Said once: the read's refusal stands for the PUT's too (both
+                // permissions are named).
+                if !self.denied_told {
                     said.push(Said::Denied { ask, message });
+                    self.denied_told = true;
                 }
-                self.failures += 1;
+                if ask != Ask::Read {
+                    self.retry_at = Some(now + self.minute * DENIED_RETRY_MINUTES);
+                    self.failures += 1;
+                }
             }
             Answer::Throttled(reason) | Answer::Failed(reason) => {
                 return self.failed(ask, reason, now, jitter);
@@ -325,17 +348,18 @@ impl Rule {
     }
 
     fn failed(&mut self, ask: Ask, reason: String, now: Instant, jitter: f64) -> Vec<Said> {
-        self.failures += 1;
         if ask == Ask::Read {
-            // Not tried again: the first long request asks anyway.
+            // Said, and not tried again: the first long request asks anyway, and its
+            // own failure is said then (the read starts no spell).
             return vec![Said::Failing {
                 ask,
                 reason,
                 retry_in: Duration::ZERO,
             }];
         }
+        self.failures += 1;
         let doubled = FIRST_RETRY.saturating_mul(1 << (self.failures - 1).min(10));
-        let pause = doubled.min(MAX_RETRY).mul_f64(1.0 + jitter.clamp(0.0, 1.0) / 2.0);
+        let pause = doubled.min(self.minute).mul_f64(1.0 + jitter.clamp(0.0, 1.0) / 2.0);
         self.retry_at = Some(now + pause);
         if self.failures == 1 {
             vec![Said::Failing {
@@ -354,6 +378,7 @@ mod tests {
     use super::*;
 
     const AFTER: Duration = Duration::from_secs(30);
+    const MINUTE: Duration = Duration::from_secs(60);
 
     fn s(secs: f64) -> Duration {
         Duration::from_secs_f64(secs)
@@ -361,7 +386,7 @@ mod tests {
 
     /// A rule past its start's read (the agent answered: not protected).
     fn started(t0: Instant) -> Rule {
-        let mut rule = Rule::new(AFTER, None, t0);
+        let mut rule = Rule::new(AFTER, MINUTE, None, t0);
         assert_eq!(rule.due(t0), Some(Ask::Read));
         let said = rule.answered(Ask::Read, t0, Answer::State { enabled: false }, t0, 0.0);
         assert_eq!(said, [Said::Found { enabled: false }]);
@@ -425,7 +450,7 @@ mod tests {
         // Protected in between, for the expiry of the last renewal at least.
         let mut again = started(t0);
         run(&mut again, t0, (1, 45), age, agrees);
-        assert_eq!(again.protected_until(t0 + s(45.0)), Some(t0 + s(40.0) + EXPIRY));
+        assert_eq!(again.protected_until(t0 + s(45.0)), Some(t0 + s(40.0) + MINUTE * 2));
     }
 
     #[test]
@@ -476,7 +501,7 @@ mod tests {
     #[test]
     fn a_standalone_task_is_said_once_and_asked_no_more() {
         let t0 = Instant::now();
-        let mut rule = Rule::new(AFTER, None, t0);
+        let mut rule = Rule::new(AFTER, MINUTE, None, t0);
         let said = rule.answered(Ask::Read, t0, Answer::NotAService, t0, 0.0);
         assert_eq!(said, [Said::NotAService]);
         let (calls, said) = run(&mut rule, t0, (1, 600), |t| Some(t as f64), agrees);
@@ -548,20 +573,20 @@ mod tests {
     fn a_protection_left_by_a_predecessor_is_cleared_after_the_settle_time() {
         // A helper started again finds the expiry on the Board.
         let t0 = Instant::now();
-        let mut rule = Rule::new(AFTER, Some(t0 + s(100.0)), t0);
+        let mut rule = Rule::new(AFTER, MINUTE, Some(t0 + s(100.0)), t0);
         assert!(rule.protected_until(t0).is_some());
         rule.answered(Ask::Read, t0, Answer::State { enabled: true }, t0, 0.0);
         let (calls, said) = run(&mut rule, t0, (1, 120), |_| Some(0.0), agrees);
         assert_eq!(calls, [(1, Ask::Clear)]);
         assert_eq!(said, [Said::Cleared { quiet_for: None }]);
         // One still needed is renewed in time: a minute after its predecessor set it.
-        let mut rule = Rule::new(AFTER, Some(t0 + s(100.0)), t0);
+        let mut rule = Rule::new(AFTER, MINUTE, Some(t0 + s(100.0)), t0);
         rule.answered(Ask::Read, t0, Answer::State { enabled: true }, t0, 0.0);
         let (calls, said) = run(&mut rule, t0, (1, 50), |t| Some(40.0 + t as f64), agrees);
         assert_eq!((calls, said), (vec![(40, Ask::Protect)], vec![Said::Renewed]));
         // The read finds one set that the Board did not know of (a crash between the
         // call and the write): adopted, then renewed or cleared at the first look.
-        let mut rule = Rule::new(AFTER, None, t0);
+        let mut rule = Rule::new(AFTER, MINUTE, None, t0);
         let said = rule.answered(Ask::Read, t0, Answer::State { enabled: true }, t0, 0.0);
         assert_eq!(said, [Said::Found { enabled: true }]);
         let (calls, _) = run(&mut rule, t0, (1, 120), |_| Some(0.0), agrees);
@@ -571,7 +596,7 @@ mod tests {
     #[test]
     fn a_read_that_fails_is_not_tried_again() {
         let t0 = Instant::now();
-        let mut rule = Rule::new(AFTER, None, t0);
+        let mut rule = Rule::new(AFTER, MINUTE, None, t0);
         let gone = Answer::Failed("connection refused".into());
         let said = rule.answered(Ask::Read, t0, gone, t0, 0.0);
         assert!(matches!(&said[..], [Said::Failing { ask: Ask::Read, .. }]));
