@@ -337,6 +337,30 @@ fn the_ecs_example_fits_the_metrics_contract_the_policy_and_the_alarm() {
         statement["Condition"]["StringEquals"]["cloudwatch:namespace"],
         var("METRICS_NAMESPACE").as_str()
     );
+    // Scale-in protection: on, with the port whose requests' age it reads, for requests
+    // the drain cannot wait for (longer than --drain-max), and the task role may ask
+    // for it, in the example's cluster (the ClusterName the metrics carry).
+    let after = seconds(flag(&args, "scale-in-protection").expect("--scale-in-protection"));
+    assert!(flag(&args, "inflight-port").is_some());
+    assert!(after >= seconds(flag(&args, "drain-max").unwrap()), "{after}");
+    let protection = &policy["Statement"][1];
+    let actions = strings(&protection["Action"]);
+    assert!(
+        actions.contains(&"ecs:UpdateTaskProtection".to_string())
+            && actions.contains(&"ecs:GetTaskProtection".to_string()),
+        "{actions:?}"
+    );
+    let cluster = var("METRICS_DIMENSIONS")
+        .split(',')
+        .find_map(|kv| kv.strip_prefix("ClusterName=").map(str::to_string))
+        .unwrap();
+    assert!(
+        protection["Resource"]
+            .as_str()
+            .unwrap()
+            .contains(&format!(":task/{cluster}/")),
+        "{protection}"
+    );
     // Every alarm reads what lifeguard publishes: same namespace, a metric it sends,
     // the same dimensions, a period of the publishing interval, and a statistic that
     // exists for the data as sent (raw values: percentiles included).
