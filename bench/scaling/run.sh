@@ -4,6 +4,9 @@
 #   sudo bench/scaling/run.sh            # the full run, both scenarios, ~17 minutes, into bench/scaling/results/
 #   sudo bench/scaling/run.sh --smoke    # the scaled-down CI version, both scenarios, ~6 minutes
 #   --scenario cpu|worker|both  the CPU-bound app, the worker-bound one, or both (the default)
+#   --scenario scalein  the scale-in benchmark instead (scalein.py: N -> N/2 tasks with long
+#                       jobs, without and with --scale-in-protection, ~15 minutes, into
+#                       bench/scaling/results/scalein/; with --smoke, ~8 minutes)
 #   --lifeguard PATH  run that binary instead of building target/release/lifeguard
 #   --out DIR         write there
 set -euo pipefail
@@ -36,4 +39,22 @@ if [ -z "$given" ]; then
   set -- --lifeguard "${CARGO_TARGET_DIR:-target}/release/lifeguard" "$@"
 fi
 
-exec "$venv/bin/python3" bench/scaling/run.py "$@"
+# The scale-in benchmark is a program of its own (scalein.py); its other arguments are
+# the same (--smoke, --lifeguard, --out).
+script=bench/scaling/run.py
+args=()
+scalein=""
+for arg in "$@"; do
+  if [ "$scalein" = next ]; then
+    scalein=""
+    if [ "$arg" = scalein ]; then script=bench/scaling/scalein.py; continue; fi
+    args+=(--scenario "$arg")
+    continue
+  fi
+  case "$arg" in
+    --scenario) scalein=next ;;
+    --scenario=scalein) script=bench/scaling/scalein.py ;;
+    *) args+=("$arg") ;;
+  esac
+done
+exec "$venv/bin/python3" "$script" "${args[@]}"

@@ -17,9 +17,13 @@ does for the services the alarms are written for; the CPU cost still sets the ca
 
     server.py --port P [--workers 8] [--cost-ms 4] [--wait-ms 500]
 
-Every path answers `200 ok` after the burn (HTTP/1.1, Connection: close). On SIGTERM
-the listening socket is shut, requests already accepted are finished, and it exits 0
-(lifeguard relays the SIGTERM only after its drain, so normally none are left).
+Every path answers `200 ok` after the burn (HTTP/1.1, Connection: close), except
+`/job/SECONDS` (the scale-in benchmark's long jobs, scalein.py): held on a thread of its
+own, not a worker, for SECONDS of wall time, then answered `200 ok`. On SIGTERM the
+listening socket is shut, requests already accepted are finished — long jobs included,
+however long they still take, as a good app does — and it exits 0 (lifeguard relays the
+SIGTERM only after its drain, so normally none are left; a job still running is cut by
+lifeguard's SIGKILL at --grace, not by the app).
 Standard library only: it runs on the interpreter the benchmark runs on.
 """
 import argparse
@@ -58,15 +62,57 @@ def read_head(conn):
     return data
 
 
+JOB_PREFIX = b"GET /job/"
+# The long jobs under way (threads), which the exit waits for.
+jobs = set()
+jobs_lock = threading.Lock()
+
+
+def job(conn, seconds):
+    """A long job: holds its connection `seconds` (a wait, not CPU), then answers."""
+    try:
+        time.sleep(seconds)
+        conn.sendall(RESPONSE)
+    except OSError:
+        pass
+    finally:
+        conn.close()
+        with jobs_lock:
+            jobs.discard(threading.current_thread())
+
+
+def job_seconds(head):
+    """SECONDS of a `GET /job/SECONDS` request, else None."""
+    if not head.startswith(JOB_PREFIX):
+        return None
+    path = head[len(JOB_PREFIX):].split(b" ", 1)[0].split(b"?", 1)[0]
+    try:
+        return float(path)
+    except ValueError:
+        return None
+
+
 def worker(listener, cost, wait, stopping):
     while not stopping.is_set():
         try:
             conn, _ = listener.accept()
         except OSError:
             return  # the listener was shut (SIGTERM)
+        handed_off = False
         try:
             conn.settimeout(10)
-            if read_head(conn) is None:
+            head = read_head(conn)
+            if head is None:
+                continue
+            seconds = job_seconds(head)
+            if seconds is not None:
+                # A thread per job, so that jobs never take the workers that short
+                # requests need; non-daemon, and waited for at the exit.
+                t = threading.Thread(target=job, args=(conn, seconds))
+                with jobs_lock:
+                    jobs.add(t)
+                t.start()
+                handed_off = True
                 continue
             time.sleep(wait)
             burn(cost)
@@ -74,7 +120,8 @@ def worker(listener, cost, wait, stopping):
         except OSError:
             pass
         finally:
-            conn.close()
+            if not handed_off:
+                conn.close()
 
 
 def main():
@@ -115,6 +162,16 @@ def main():
         stopping.wait(1.0)
     for t in threads:
         t.join(timeout=15)
+    # Long jobs are finished, however long that takes: the app does not cut them
+    # itself (lifeguard's SIGKILL at --grace does, if they outlast it).
+    while True:
+        with jobs_lock:
+            left = list(jobs)
+        if not left:
+            break
+        print(f"SIGTERM: finishing {len(left)} long job(s)", flush=True)
+        for t in left:
+            t.join()
     listener.close()
     sys.exit(0)
 

@@ -123,7 +123,7 @@ async fn serve(listener: TcpListener, desk: Arc<Desk>, registry: Arc<Mutex<Regis
         let (id, close) = lock(&registry).admit();
         let registry = registry.clone();
         let desk = desk.clone();
-        tokio::spawn(async move {
+        threads::spawn(async move {
             // Leaves the registry however the connection ends, a panic included.
             let _leave = Leave(registry.clone(), id);
             connection(stream, id, close, &registry, desk).await;

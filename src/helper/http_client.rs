@@ -97,7 +97,7 @@ pub async fn request(
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .map_err(|e| format!("{uri}: {e}"))?;
-    tokio::spawn(async move {
+    crate::helper::threads::spawn(async move {
         let _ = conn.await;
     });
     let path = uri.path_and_query().map_or("/", |p| p.as_str());

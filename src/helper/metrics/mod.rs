@@ -88,7 +88,7 @@ pub fn start(config: Config, desk: Arc<Desk>) {
             // Aborted when this run ends, a panic included, so a restart never leaves
             // two pollers behind.
             let _poller = match (&config.ecs_metadata, &task) {
-                (Some(uri), Some(shared)) => Some(AbortOnDrop(tokio::spawn(poll_task(
+                (Some(uri), Some(shared)) => Some(AbortOnDrop(threads::spawn(poll_task(
                     ecs::Client::new(uri, METADATA_TIMEOUT),
                     shared.clone(),
                     desk.clone(),
