@@ -33,6 +33,16 @@ fn start_task(agent_uri: &str, extra: &[&str]) -> Task {
 
 /// As `start_task`, with minutes of `minute`.
 fn start_task_with_minute(agent_uri: &str, minute: Duration, extra: &[&str]) -> Task {
+    start_task_with_env(agent_uri, minute, extra, &[])
+}
+
+/// As `start_task_with_minute`, with more of the environment.
+fn start_task_with_env(
+    agent_uri: &str,
+    minute: Duration,
+    extra: &[&str],
+    env: &[(&str, &str)],
+) -> Task {
     let (app_port, endpoint) = (free_port(), free_port());
     let (app, listen) = (app_port.to_string(), listen_flag(endpoint));
     let mut flags = vec![
@@ -48,13 +58,15 @@ fn start_task_with_minute(agent_uri: &str, minute: Duration, extra: &[&str]) -> 
     ];
     flags.extend_from_slice(extra);
     let uri = agent_uri.to_string();
+    let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
     let run = start_program(
         fault_build(),
         Mode::Pid1,
         &args(&flags, &["--http", &app]),
         move |cmd| {
             cmd.env("ECS_AGENT_URI", &uri)
-                .env("LIFEGUARD_FAULT_MINUTE", minute.as_millis().to_string());
+                .env("LIFEGUARD_FAULT_MINUTE", minute.as_millis().to_string())
+                .envs(env);
         },
     );
     run.ready();
@@ -119,7 +131,14 @@ fn a_long_request_is_protected_renewed_while_it_runs_and_cleared_after_it_ends()
         return;
     }
     let agent = Agent::start(Answers::Service, MINUTE);
-    let mut task = start_task(&agent.uri, &[]);
+    // With ScaleInProtected on request, as Embedded Metric Format records on stdout.
+    let emf = [
+        ("METRICS_NAMESPACE", "Acme/web"),
+        ("METRICS_SINK", "emf"),
+        ("METRICS_INTERVAL", "1"),
+        ("METRICS_EXTRA", "ScaleInProtected"),
+    ];
+    let mut task = start_task_with_env(&agent.uri, MINUTE, &[], &emf);
     // The start's read, and nothing else while nothing is long.
     wait_until("the start's GET", || {
         (agent.calls().first().map(|c| c.method.as_str()) == Some("GET")).then_some(())
@@ -139,6 +158,13 @@ fn a_long_request_is_protected_renewed_while_it_runs_and_cleared_after_it_ends()
         calls_of(&agent, sent)
     );
     wait_until("the gauge", || (task.gauge().as_deref() == Some("1")).then_some(()));
+    wait_until("a record with ScaleInProtected 1", || {
+        task.run.stdout().iter().find_map(|line| {
+            let record: serde_json::Value = serde_json::from_str(line).ok()?;
+            let values = record.get("ScaleInProtected")?.as_array()?;
+            values.iter().any(|v| v.as_f64() == Some(1.0)).then_some(())
+        })
+    });
     // Renewed while the request runs: the stand-in never lets it lapse.
     while !request.is_finished() {
         assert!(

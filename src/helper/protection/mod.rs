@@ -82,7 +82,7 @@ async fn run(config: Config, desk: Arc<Desk>) {
             desk.board.set_protected_until(rule.protected_until(now));
             continue;
         }
-        let wake = rule.next_wake();
+        let wake = rule.next_wake(now);
         tokio::select! {
             changed = samples.changed() => {
                 if changed.is_err() {

@@ -226,9 +226,11 @@ impl Rule {
         renew_at.is_some_and(|at| now >= at).then_some(Ask::Protect)
     }
 
-    /// When `due` may change without a new look: a pause ends, a renewal or the settle
-    /// time comes, the protection lapses.
-    pub fn next_wake(&self) -> Option<Instant> {
+    /// When after `now` `due` may change without a new look: a pause ends, a renewal or
+    /// the settle time comes, the protection lapses. Only instants still to come: one
+    /// already past (a renewal the blind looks did not make) would wake the loop for
+    /// nothing, over and over.
+    pub fn next_wake(&self, now: Instant) -> Option<Instant> {
         if self.off || self.stopping {
             return None;
         }
@@ -241,6 +243,7 @@ impl Rule {
         ]
         .into_iter()
         .flatten()
+        .filter(|at| *at > now)
         .min()
     }
 
@@ -499,6 +502,24 @@ mod tests {
     }
 
     #[test]
+    fn the_loop_is_never_woken_for_an_instant_already_past() {
+        // Protected, then blind past the renewal, the settle time and a failed clear's
+        // pause: nothing is due, and every wake-up named is still to come.
+        let t0 = Instant::now();
+        let mut rule = started(t0);
+        run(&mut rule, t0, (1, 40), |t| Some(t as f64), agrees);
+        let gone = |_: Ask| Answer::Failed("connection refused".into());
+        run(&mut rule, t0, (41, 150), |t| (t < 100).then_some(0.0), gone);
+        for t in 150..400 {
+            let now = t0 + s(t as f64);
+            rule.expire(now);
+            if rule.due(now).is_none() {
+                assert!(rule.next_wake(now).is_none_or(|at| at > now), "at {t}");
+            }
+        }
+    }
+
+    #[test]
     fn a_standalone_task_is_said_once_and_asked_no_more() {
         let t0 = Instant::now();
         let mut rule = Rule::new(AFTER, MINUTE, None, t0);
@@ -506,7 +527,7 @@ mod tests {
         assert_eq!(said, [Said::NotAService]);
         let (calls, said) = run(&mut rule, t0, (1, 600), |t| Some(t as f64), agrees);
         assert_eq!((calls, said), (vec![], vec![]));
-        assert_eq!(rule.next_wake(), None);
+        assert_eq!(rule.next_wake(t0), None);
     }
 
     #[test]
@@ -542,7 +563,7 @@ mod tests {
         let gone = Answer::Failed("the ECS agent: cannot connect: connection refused".into());
         jittered.answered(Ask::Protect, t0 + s(30.0), gone, t0 + s(30.0), 0.999);
         assert_eq!(jittered.due(t0 + s(32.9)), None);
-        assert_eq!(jittered.next_wake(), Some(t0 + s(30.0) + s(2.0).mul_f64(1.4995)));
+        assert_eq!(jittered.next_wake(t0 + s(31.0)), Some(t0 + s(30.0) + s(2.0).mul_f64(1.4995)));
     }
 
     #[test]
@@ -566,7 +587,7 @@ mod tests {
         rule.stop();
         let (calls, _) = run(&mut rule, t0, (41, 400), |_| Some(0.0), agrees);
         assert_eq!(calls, []);
-        assert_eq!(rule.next_wake(), None);
+        assert_eq!(rule.next_wake(t0), None);
     }
 
     #[test]
