@@ -25,6 +25,7 @@ status=0
 TEST_LIFEGUARD_BIN="$bin" TEST_LIFEGUARD_RUNNER=qemu-aarch64-static \
   cargo test --locked \
   --test exit_status --test signals --test shutdown --test drain --test endpoint --test metrics \
+  --test scale_in \
   2>&1 | tee "$log" || status=$?
 
 echo

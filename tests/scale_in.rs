@@ -3,10 +3,12 @@
 //! documented shapes and keeps the protection's expiry as ECS does. The app is the
 //! testapp's web server; a request's age is the kernel's, as in production.
 //!
-//! The fault-injection build runs here, with `LIFEGUARD_FAULT_MINUTE=2000`: the
-//! protection's minute (its expiry, renewal, least settle time and the pause after
-//! AccessDenied) lasts 2 s, in lifeguard and in the stand-in alike, so a renewal or a
-//! lapse takes seconds. AFTER is 2 s, so the settle time is 2 s too.
+//! Where a test needs to see a renewal, a clear or a lapse, the fault-injection build
+//! runs, with `LIFEGUARD_FAULT_MINUTE=2000`: the protection's minute (its expiry,
+//! renewal, least settle time and the pause after AccessDenied) lasts 2 s, in lifeguard
+//! and in the stand-in alike, so they take seconds; AFTER is 2 s, so the settle time is
+//! 2 s too. The other tests run the binary under test (the slim and static builds in
+//! their scripts) with real minutes.
 mod common;
 
 use std::io::{Read, Write};
@@ -16,7 +18,10 @@ use std::time::{Duration, Instant};
 use common::ecs_agent::{Agent, Answers};
 use common::*;
 
+/// The fault-injection build's short minute.
 const MINUTE: Duration = Duration::from_secs(2);
+/// A real one: the binary under test.
+const REAL_MINUTE: Duration = Duration::from_secs(60);
 const AFTER: &str = "2s";
 
 struct Task {
@@ -25,13 +30,13 @@ struct Task {
     endpoint: u16,
 }
 
-/// lifeguard (fault-injection build) as PID 1 on ECS, with `--scale-in-protection 2s`,
+/// lifeguard (the binary under test) as PID 1 on ECS, with `--scale-in-protection 2s`,
 /// the agent at `agent_uri`, supervising the testapp's web server.
 fn start_task(agent_uri: &str, extra: &[&str]) -> Task {
-    start_task_with_minute(agent_uri, MINUTE, extra)
+    start_task_with_minute(agent_uri, REAL_MINUTE, extra)
 }
 
-/// As `start_task`, with minutes of `minute`.
+/// As `start_task`, with minutes of `minute`: short ones are the fault-injection build's.
 fn start_task_with_minute(agent_uri: &str, minute: Duration, extra: &[&str]) -> Task {
     start_task_with_env(agent_uri, minute, extra, &[])
 }
@@ -59,16 +64,17 @@ fn start_task_with_env(
     flags.extend_from_slice(extra);
     let uri = agent_uri.to_string();
     let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-    let run = start_program(
-        fault_build(),
-        Mode::Pid1,
-        &args(&flags, &["--http", &app]),
-        move |cmd| {
-            cmd.env("ECS_AGENT_URI", &uri)
-                .env("LIFEGUARD_FAULT_MINUTE", minute.as_millis().to_string())
-                .envs(env);
-        },
-    );
+    let argv = if minute == REAL_MINUTE {
+        lifeguard_argv()
+    } else {
+        fault_build()
+    };
+    let run = start_program(argv, Mode::Pid1, &args(&flags, &["--http", &app]), move |cmd| {
+        cmd.env("ECS_AGENT_URI", &uri).envs(env);
+        if minute != REAL_MINUTE {
+            cmd.env("LIFEGUARD_FAULT_MINUTE", minute.as_millis().to_string());
+        }
+    });
     run.ready();
     wait_for_answer(endpoint, "/readyz", 200, "ready");
     Task {
@@ -210,7 +216,7 @@ fn steady_short_requests_never_protect_the_task() {
     }
     // The trap of "any request in flight": here a request is always in flight (eight
     // clients, 300 ms each), and none is ever 2 s old.
-    let agent = Agent::start(Answers::Service, MINUTE);
+    let agent = Agent::start(Answers::Service, REAL_MINUTE);
     let mut task = start_task(&agent.uri, &[]);
     let port = task.app_port;
     let until = Instant::now() + Duration::from_secs(10);
@@ -252,7 +258,7 @@ fn a_standalone_task_is_told_once_and_the_agent_never_asked_again() {
     if skipped_under_emulation("sock_diag, which gives a request's age, is refused under qemu-user") {
         return;
     }
-    let agent = Agent::start(Answers::Standalone, MINUTE);
+    let agent = Agent::start(Answers::Standalone, REAL_MINUTE);
     let mut task = start_task(&agent.uri, &[]);
     let line = task.run.expect_log("TASK_NOT_VALID");
     assert!(line.contains("belongs to no service"), "{line}");
@@ -272,14 +278,14 @@ fn access_denied_names_both_permissions_once_and_is_not_hammered() {
     if skipped_under_emulation("sock_diag, which gives a request's age, is refused under qemu-user") {
         return;
     }
-    let agent = Agent::start(Answers::Denied, MINUTE);
+    let agent = Agent::start(Answers::Denied, REAL_MINUTE);
     let mut task = start_task(&agent.uri, &[]);
     let line = task.run.expect_log("AccessDenied");
     assert!(
         line.contains("ecs:UpdateTaskProtection") && line.contains("ecs:GetTaskProtection"),
         "{line}"
     );
-    // A long request: one PUT, refused; the next try only 5 "minutes" (10 s) later.
+    // A long request: one PUT, refused; the next try only 5 minutes later.
     let sent = Instant::now();
     let request = task.long_request(7_000);
     wait_until("the PUT", || (!agent.puts().is_empty()).then_some(()));
@@ -297,10 +303,8 @@ fn throttling_backs_off_one_call_at_a_time_until_it_is_protected() {
     if skipped_under_emulation("sock_diag, which gives a request's age, is refused under qemu-user") {
         return;
     }
-    // Minutes of 20 s here: the pauses double up to a minute.
-    let minute = Duration::from_secs(20);
-    let agent = Agent::start(Answers::Service, minute);
-    let mut task = start_task_with_minute(&agent.uri, minute, &[]);
+    let agent = Agent::start(Answers::Service, REAL_MINUTE);
+    let mut task = start_task(&agent.uri, &[]);
     wait_until("the start's GET", || (!agent.calls().is_empty()).then_some(()));
     agent.set_mode(Answers::Throttled(2));
     let sent = Instant::now();
@@ -329,7 +333,7 @@ fn an_agent_that_hangs_or_is_gone_costs_the_stop_nothing() {
         return;
     }
     // Hangs: each call given up after 5 s, never two at once.
-    let agent = Agent::start(Answers::Hangs, MINUTE);
+    let agent = Agent::start(Answers::Hangs, REAL_MINUTE);
     let mut task = start_task(&agent.uri, &[]);
     let line = task.run.expect_log("reading the task's scale-in protection failed");
     assert!(line.contains("did not answer within 5s"), "{line}");
@@ -363,7 +367,7 @@ fn a_stopped_helper_lets_the_protection_lapse_and_a_killed_one_is_taken_over() {
         return;
     }
     let agent = Agent::start(Answers::Service, MINUTE);
-    let mut task = start_task(&agent.uri, &[]);
+    let mut task = start_task_with_minute(&agent.uri, MINUTE, &[]);
     let sent = Instant::now();
     let request = task.long_request(30_000);
     wait_until("the protection", || agent.protected().then_some(()));
@@ -401,6 +405,8 @@ fn a_stopped_helper_lets_the_protection_lapse_and_a_killed_one_is_taken_over() {
     // sees the request still long and protects the task again.
     task.run.expect_log("the helper process hangs");
     wait_until("the protection again", || agent.protected().then_some(()));
+    // Once the helper has the agent's answer (the gauge reads what the stop line reads).
+    wait_until("the gauge at 1", || (task.gauge().as_deref() == Some("1")).then_some(()));
     // The stop line, while protected.
     task.run.signal(libc::SIGTERM);
     let line = task.run.expect_log("draining: not ready");
