@@ -96,9 +96,10 @@ pub(super) struct Cli {
           allow_negative_numbers = true)]
     pub(super) inflight_port: Option<u16>,
 
-    /// On ECS: keep the task out of scale-in while a request on --inflight-port has been in
-    /// flight longer than AFTER (ECS task scale-in protection, a 2-minute expiry renewed
-    /// while that lasts, cleared AFTER (at least 1m) after the last one). Never delays a stop
+    /// On ECS, with --inflight-port: keep the task out of scale-in while a request has been in
+    /// flight longer than AFTER (ECS task scale-in protection for 2 minutes, renewed while that
+    /// lasts, cleared once none has been seen for AFTER, at least 1m). Never delays a stop.
+    /// Default off
     #[arg(long, env = "LIFEGUARD_SCALE_IN_PROTECTION", value_name = "AFTER",
           value_parser = parse_protect_after, allow_hyphen_values = true)]
     pub(super) scale_in_protection: Option<ProtectAfter>,

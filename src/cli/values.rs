@@ -63,9 +63,9 @@ pub(super) fn parse_protect_after(text: &str) -> Result<ProtectAfter, String> {
         .map_err(|e| format!("{e}, or off"))?;
     if after < LEAST_AFTER {
         return Err(format!(
-            "'{text}' is shorter than 1s: that would protect a task for any request in \
-             flight, so under steady traffic every task and the service would never scale \
-             in; expected the age of a long request, such as 30s or 2m, or off"
+            "'{text}' is shorter than 1s: a task would be protected for any request in \
+             flight, and under steady traffic every task has one, so the service would never \
+             scale in; expected the age of a long request, such as 30s or 2m, or off"
         ));
     }
     Ok(ProtectAfter(Some(after)))
