@@ -56,7 +56,7 @@ async fn run(config: Config, desk: Arc<Desk>) {
         crate::seconds::human(rule.settle()),
     );
     logging::info(
-        "scale-in protection on: the task is kept out of ECS scale-in while a request has been in flight longer than after",
+        "scale-in protection on: a request in flight longer than after keeps the task out of ECS scale-in",
         &[("after", &after), ("settle", &settle), ("agent", &config.endpoint)],
     );
     let mut samples = desk.watch_sample();
