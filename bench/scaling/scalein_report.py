@@ -322,9 +322,11 @@ def draw(cfg, out, summary, runs):
                 ax_gantt.plot([t["stopped"], t["exited"] if t["exited"] is not None else x_max], [y, y], color=color, lw=1.0)
             if t["exited"] is not None:
                 ax_gantt.plot(t["exited"], y, "x", color="black", ms=7)
-                if t["jobs_cut_at_its_exit"]:
-                    shared = " (shared)" if t["exit_shared_with"] else ""
-                    ax_gantt.annotate(f" {t['jobs_cut_at_its_exit']} cut{shared}", (t["exited"], y), fontsize=8, va="center")
+                # Once per group of tasks that exited together (the cuts are theirs jointly).
+                if t["jobs_cut_at_its_exit"] and all(t["task"] < x for x in t["exit_shared_with"]):
+                    group = ", ".join([t["task"].rsplit("-", 1)[-1]] + [x.rsplit("-", 1)[-1] for x in t["exit_shared_with"]])
+                    shared = f" at the exits of {group}" if t["exit_shared_with"] else ""
+                    ax_gantt.annotate(f" {t['jobs_cut_at_its_exit']} jobs cut{shared}", (t["exited"], y), fontsize=8, va="center")
             labels.append(f"{'with' if r['protection'] else 'without'}: {t['task'].rsplit('-', 1)[-1]}")
             y += 1
         y += 0.6
