@@ -104,6 +104,18 @@ impl Task {
         request
     }
 
+    /// Once the helper has the agent's answer (the gauge reads what the stop line
+    /// reads), a SIGTERM: its line says the task was protected, the drain lets `request`
+    /// finish, and lifeguard exits 0.
+    fn stop_while_protected(mut self, request: std::thread::JoinHandle<u16>) {
+        wait_until("the gauge at 1", || (self.gauge().as_deref() == Some("1")).then_some(()));
+        self.run.signal(libc::SIGTERM);
+        let line = self.run.expect_log("draining: not ready");
+        assert!(line.contains("scale_in_protected=yes"), "{line}");
+        assert_eq!(request.join().unwrap(), 200);
+        self.run.expect_exit(0);
+    }
+
     /// `lifeguard_scale_in_protected` on /metrics, if shown.
     fn gauge(&self) -> Option<String> {
         let (_, body) = get(self.endpoint, "/metrics");
@@ -299,30 +311,92 @@ fn access_denied_names_both_permissions_once_and_is_not_hammered() {
 }
 
 #[test]
-fn throttling_backs_off_one_call_at_a_time_until_it_is_protected() {
+fn throttling_and_request_canceled_back_off_one_call_at_a_time_until_it_is_protected() {
     if skipped_under_emulation("sock_diag, which gives a request's age, is refused under qemu-user") {
         return;
     }
-    let agent = Agent::start(Answers::Service, REAL_MINUTE);
-    let mut task = start_task(&agent.uri, &[]);
-    wait_until("the start's GET", || (!agent.calls().is_empty()).then_some(()));
-    agent.set_mode(Answers::Throttled(2));
-    let sent = Instant::now();
-    let request = task.long_request(16_000);
-    wait_until("the protection", || agent.protected().then_some(()));
-    let puts: Vec<Instant> = agent.puts().iter().map(|(at, _)| *at).collect();
-    // Two refused, then the third: 2 s, then 4 s apart at least (jitter adds up to
-    // half of each).
-    assert!(puts.len() >= 3, "{}", calls_of(&agent, sent));
-    let gaps: Vec<f64> = puts.windows(2).map(|w| (w[1] - w[0]).as_secs_f64()).collect();
-    for (gap, least) in gaps.iter().zip([2.0, 4.0]) {
-        assert!(*gap >= least * 0.95 && *gap < least * 1.5 + 1.5, "gaps {gaps:?}");
+    // ECS throttling the account's calls; the agent's own call to ECS timing out (504).
+    for (mode, code) in [
+        (Answers::Throttled(2), "ThrottlingException"),
+        (Answers::Canceled(2), "RequestCanceled"),
+    ] {
+        let agent = Agent::start(Answers::Service, REAL_MINUTE);
+        let task = start_task(&agent.uri, &[]);
+        wait_until("the start's GET", || (!agent.calls().is_empty()).then_some(()));
+        agent.set_mode(mode);
+        let sent = Instant::now();
+        let request = task.long_request(16_000);
+        wait_until("the protection", || agent.protected().then_some(()));
+        // Two refused, then the third: 2 s, then 4 s apart at least (jitter adds up to
+        // half of each).
+        let statuses: Vec<Option<u16>> = agent.calls().iter().skip(1).map(|c| c.status).collect();
+        assert_eq!(statuses[2..], [Some(200)], "{code}\n{}", calls_of(&agent, sent));
+        let puts: Vec<Instant> = agent.puts().iter().map(|(at, _)| *at).collect();
+        let gaps: Vec<f64> = puts.windows(2).map(|w| (w[1] - w[0]).as_secs_f64()).collect();
+        for (gap, least) in gaps.iter().zip([2.0, 4.0]) {
+            assert!(*gap >= least * 0.95 && *gap < least * 1.5 + 1.5, "{code}: gaps {gaps:?}");
+        }
+        let line = task.run.expect_log("setting the task's scale-in protection failed");
+        assert!(line.contains(code), "{line}");
+        let retry = line.split("retry_in=").nth(1).unwrap_or_default().trim_start_matches('"');
+        assert!(retry.starts_with("2s"), "{line}");
+        task.run.expect_log("the ECS agent answers again");
+        assert_eq!(agent.most_calls_at_once(), 1);
+        task.stop_while_protected(request);
     }
+}
+
+#[test]
+fn an_agent_gone_and_back_then_hanging_once_protects_the_task_when_it_answers() {
+    if skipped_under_emulation("sock_diag, which gives a request's age, is refused under qemu-user") {
+        return;
+    }
+    // Nothing at ECS_AGENT_URI yet (the agent restarting, say).
+    let port = free_port();
+    let uri = format!("http://127.0.0.1:{port}/api/1234567890abcdef0-3920716453");
+    let mut task = start_task(&uri, &[]);
+    task.run.expect_log("reading the task's scale-in protection failed");
+    let request = task.long_request(30_000);
     let line = task.run.expect_log("setting the task's scale-in protection failed");
-    assert!(line.contains("ThrottlingException"), "{line}");
-    task.run.expect_log("the ECS agent answers again");
+    assert!(line.contains("connection refused"), "{line}");
+    // Back at its address; its first call hangs (given up after 5 s), then it answers.
+    let back = Instant::now();
+    let agent = Agent::start_at(port, Answers::HangsFor(1), REAL_MINUTE);
+    wait_until("a call to the agent that is back", || (!agent.calls().is_empty()).then_some(()));
+    // The next after the hang's 5 s and a pause of 4 s at least (the third failure in
+    // a row): within 15 s of the first call. Patience starts now.
+    wait_until("the protection", || agent.protected().then_some(()));
+    let calls = agent.calls();
+    assert_eq!(calls.len(), 2, "{}", calls_of(&agent, back));
+    let gap = calls[1].at - calls[0].at;
+    assert!(gap >= Duration::from_secs(9), "gave up and paused for {gap:?} only");
     assert_eq!(agent.most_calls_at_once(), 1);
+    let line = task.run.expect_log("the ECS agent answers again");
+    assert!(line.contains("failed_calls="), "{line}");
+    task.run.signal(libc::SIGTERM);
     assert_eq!(request.join().unwrap(), 200);
+    task.run.expect_exit(0);
+}
+
+#[test]
+fn a_protection_set_by_someone_else_is_left_alone() {
+    if skipped_under_emulation("sock_diag, which gives a request's age, is refused under qemu-user") {
+        return;
+    }
+    // The app protects its own task (as teams do by hand) before lifeguard starts.
+    let agent = Agent::start(Answers::Service, MINUTE);
+    agent.protect_for(Duration::from_secs(600));
+    let mut task = start_task_with_minute(&agent.uri, MINUTE, &[]);
+    task.run.expect_log("not by this lifeguard");
+    // Looks with no long request for twice the settle time (2 s here, a real minute
+    // at least): lifeguard neither clears nor renews what it did not set.
+    let seen = Instant::now();
+    while seen.elapsed() < MINUTE * 2 + Duration::from_secs(2) {
+        assert_eq!(agent.calls().len(), 1, "{}", calls_of(&agent, seen));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(agent.protected());
+    assert_eq!(task.gauge().as_deref(), Some("0"), "not lifeguard's protection");
     task.run.signal(libc::SIGTERM);
     task.run.expect_exit(0);
 }
@@ -367,7 +441,7 @@ fn a_stopped_helper_lets_the_protection_lapse_and_a_killed_one_is_taken_over() {
         return;
     }
     let agent = Agent::start(Answers::Service, MINUTE);
-    let mut task = start_task_with_minute(&agent.uri, MINUTE, &[]);
+    let task = start_task_with_minute(&agent.uri, MINUTE, &[]);
     let sent = Instant::now();
     let request = task.long_request(30_000);
     wait_until("the protection", || agent.protected().then_some(()));
@@ -405,14 +479,42 @@ fn a_stopped_helper_lets_the_protection_lapse_and_a_killed_one_is_taken_over() {
     // sees the request still long and protects the task again.
     task.run.expect_log("the helper process hangs");
     wait_until("the protection again", || agent.protected().then_some(()));
-    // Once the helper has the agent's answer (the gauge reads what the stop line reads).
-    wait_until("the gauge at 1", || (task.gauge().as_deref() == Some("1")).then_some(()));
-    // The stop line, while protected.
-    task.run.signal(libc::SIGTERM);
-    let line = task.run.expect_log("draining: not ready");
-    assert!(line.contains("scale_in_protected=yes"), "{line}");
-    assert_eq!(request.join().unwrap(), 200);
-    task.run.expect_exit(0);
+    task.stop_while_protected(request);
+}
+
+#[test]
+fn off_ecs_the_protected_metric_is_not_published_as_a_paid_zero() {
+    // The same image off ECS (no ECS_AGENT_URI), publishing EMF records with
+    // METRICS_EXTRA=ScaleInProtected: the records go out, without that metric.
+    let app = free_port().to_string();
+    let run = start_with(
+        Mode::Pid1,
+        &args(
+            &["--drain-delay", "0", "--listen", "off", "--inflight-port", &app, "--scale-in-protection", "30s"],
+            &["--http", &app],
+        ),
+        |cmd| {
+            cmd.env_remove("ECS_AGENT_URI")
+                .env("METRICS_NAMESPACE", "Test/scale-in")
+                .env("METRICS_SINK", "emf")
+                .env("METRICS_INTERVAL", "1")
+                .env("METRICS_EXTRA", "ScaleInProtected");
+        },
+    );
+    run.ready();
+    let line = run.expect_log("METRICS_EXTRA=ScaleInProtected publishes nothing");
+    assert!(line.contains("ECS_AGENT_URI"), "{line}");
+    let records = wait_until("two EMF records", || {
+        let records: Vec<String> =
+            run.stdout().into_iter().filter(|l| l.starts_with('{') && l.contains("_aws")).collect();
+        (records.len() >= 2).then_some(records)
+    });
+    for record in &records {
+        assert!(!record.contains("ScaleInProtected"), "{record}");
+    }
+    let mut run = run;
+    run.signal(libc::SIGTERM);
+    run.expect_exit(0);
 }
 
 #[test]

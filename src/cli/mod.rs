@@ -385,6 +385,7 @@ fn settings(
         },
         _ => (None, None),
     };
+    let protecting = protection.is_some();
     // The probe sees the image's environment too, and must not refuse over it.
     let cloudwatch_config = match cloudwatch::config::from_env(lookup, cli.metrics_sink) {
         // A build without the SDK (no cargo feature cloudwatch-api) cannot call the
@@ -441,10 +442,11 @@ fn settings(
         .chain(protection_warning)
         .chain(
             (probe.is_none()
-                && protect_after.is_none()
+                && !protecting
                 && matches!(&cloudwatch_config, Some(c) if c.scale_in_protected))
             .then(|| {
-                "METRICS_EXTRA=ScaleInProtected publishes nothing without --scale-in-protection"
+                "METRICS_EXTRA=ScaleInProtected publishes nothing: --scale-in-protection is \
+                 not on (it needs the flag, and ECS_AGENT_URI from the ECS agent)"
                     .to_string()
             }),
         )

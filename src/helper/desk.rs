@@ -143,7 +143,7 @@ impl Desk {
             helper_failures: threads::failures(),
             helper_restarts: self.board.helper_restarts(),
             drain_seconds: self.board.drain_seconds(),
-            scale_in_protected: (self.counters.protection_on.load(Ordering::Relaxed))
+            scale_in_protected: (self.counters.protection_is_on())
                 .then(|| self.board.scale_in_protected(asked)),
             sample,
         }
@@ -283,6 +283,12 @@ impl Counters {
 
     pub fn protection_on(&self) {
         self.protection_on.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether scale-in protection runs: only then is its state a figure to show or
+    /// publish (off ECS it would be a 0 forever).
+    pub fn protection_is_on(&self) -> bool {
+        self.protection_on.load(Ordering::Relaxed)
     }
 
     /// Whether the publisher is running with a client.

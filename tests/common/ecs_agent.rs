@@ -26,6 +26,11 @@ pub enum Answers {
     Throttled(usize),
     /// Reads the request and never answers (holds the connection 30 s).
     Hangs,
+    /// As `Hangs` for the next N calls, then as `Service`.
+    HangsFor(usize),
+    /// `RequestCanceled` with HTTP 504, as the agent answers when its own call to ECS
+    /// timed out, for the next N calls, then as `Service`.
+    Canceled(usize),
 }
 
 /// One call the stand-in took.
@@ -57,7 +62,13 @@ pub struct Agent {
 
 impl Agent {
     pub fn start(mode: Answers, minute: Duration) -> Agent {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        Agent::start_at(0, mode, minute)
+    }
+
+    /// As `start`, on a given port (0: any free one): an agent that comes back where
+    /// it was.
+    pub fn start_at(port: u16, mode: Answers, minute: Duration) -> Agent {
+        let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
         let uri = format!(
             "http://127.0.0.1:{}/api/1234567890abcdef0-3920716453",
             listener.local_addr().unwrap().port()
@@ -92,6 +103,11 @@ impl Agent {
 
     pub fn set_mode(&self, mode: Answers) {
         self.task.lock().unwrap().mode = mode;
+    }
+
+    /// Protects the task for `long`, as a PUT of someone else's would (the app's own).
+    pub fn protect_for(&self, long: Duration) {
+        self.task.lock().unwrap().until = Some(Instant::now() + long);
     }
 
     pub fn calls(&self) -> Vec<Call> {
@@ -178,6 +194,14 @@ fn answer(mut stream: TcpStream, task: &Mutex<Task>, minute: Duration) {
         } else {
             match task.mode {
                 Answers::Hangs => (0, String::new()),
+                Answers::HangsFor(n) if n > 0 => {
+                    task.mode = Answers::HangsFor(n - 1);
+                    (0, String::new())
+                }
+                Answers::Canceled(n) if n > 0 => {
+                    task.mode = Answers::Canceled(n - 1);
+                    (504, error("RequestCanceled", "Timed out calling ECS Task Protection API"))
+                }
                 Answers::Standalone => (
                     200,
                     format!(
@@ -202,7 +226,10 @@ fn answer(mut stream: TcpStream, task: &Mutex<Task>, minute: Duration) {
                     task.mode = Answers::Throttled(n - 1);
                     (400, error("ThrottlingException", "Rate exceeded"))
                 }
-                Answers::Throttled(_) | Answers::Service => state(&mut task, &method, &body, minute, at),
+                Answers::Throttled(_)
+                | Answers::HangsFor(_)
+                | Answers::Canceled(_)
+                | Answers::Service => state(&mut task, &method, &body, minute, at),
             }
         };
         task.calls.push(Call {

@@ -312,8 +312,10 @@ async fn publish(
                     sampled.push(n);
                 }
                 let reading = Reading {
-                    // The Board's word, which only a protection on ECS ever sets.
-                    scale_in_protected: Some(desk.board.scale_in_protected(now)),
+                    // The Board's word, which only a protection on ECS ever sets; none
+                    // when it does not run (off ECS), rather than a paid 0 forever.
+                    scale_in_protected: (desk.counters.protection_is_on())
+                        .then(|| desk.board.scale_in_protected(now)),
                     ..reading(&sample)
                 };
                 if plan.record(reading, now) {

@@ -129,11 +129,11 @@ fn tell(said: Said, expires: &dyn std::fmt::Display) {
                 &fields,
             )
         }
-        Said::Found { enabled } => logging::info(
-            if enabled {
-                "scale-in protection: the ECS agent answers; the task is protected already (set before this helper started): renewed or cleared at the next look"
-            } else {
-                "scale-in protection: the ECS agent answers; the task is not protected"
+        Said::Found { enabled, foreign } => logging::info(
+            match (enabled, foreign) {
+                (false, _) => "scale-in protection: the ECS agent answers; the task is not protected",
+                (true, false) => "scale-in protection: the ECS agent answers; the task is protected already (set before this helper started): renewed or cleared after the settle time",
+                (true, true) => "scale-in protection: the ECS agent answers; the task is protected already, not by this lifeguard (the app, another container, or an earlier run of this one): left to lapse at its own expiry, unless a long request sets and then clears it",
             },
             &[],
         ),
@@ -143,7 +143,7 @@ fn tell(said: Said, expires: &dyn std::fmt::Display) {
         ),
         Said::Denied { ask, message } => logging::warn(
             format!(
-                "scale-in protection: {} was refused (AccessDenied): the task role needs ecs:UpdateTaskProtection and ecs:GetTaskProtection; tried again every 5 minutes while a request is long",
+                "scale-in protection: {} was refused (AccessDenied): the task role needs ecs:UpdateTaskProtection and ecs:GetTaskProtection; setting it is tried when a request is long, and every 5 minutes while refused",
                 ask.describe()
             ),
             &[("message", &message)],
@@ -153,13 +153,18 @@ fn tell(said: Said, expires: &dyn std::fmt::Display) {
             reason,
             retry_in,
         } => {
-            let retry = crate::seconds::human(retry_in);
+            // Whole milliseconds: the jitter's nanoseconds say nothing.
+            let retry = crate::seconds::human(Duration::from_millis(retry_in.as_millis() as u64));
             let mut fields: Vec<logging::Field> = vec![("reason", &reason)];
             if ask != Ask::Read {
                 fields.push(("retry_in", &retry));
             }
             logging::warn(format!("scale-in protection: {} failed", ask.describe()), &fields)
         }
+        Said::Permitted => logging::info(
+            "scale-in protection: the task role is allowed to set it now (no more AccessDenied)",
+            &[],
+        ),
         Said::Recovered { failed } => logging::info(
             "scale-in protection: the ECS agent answers again",
             &[("failed_calls", &failed)],

@@ -79,11 +79,14 @@ pub enum Said {
     /// Cleared: no request older than `AFTER` for this long (None: none seen since
     /// this helper started).
     Cleared { quiet_for: Option<Duration> },
-    /// The start's read: the task is (or is not) protected already.
-    Found { enabled: bool },
+    /// The start's read: the task is (or is not) protected already; `foreign`: by a
+    /// protection the Board does not know of, which lifeguard leaves alone.
+    Found { enabled: bool, foreign: bool },
     NotAService,
     /// The first AccessDenied of a spell.
     Denied { ask: Ask, message: String },
+    /// A PUT worked after AccessDenied: the role's policy was fixed.
+    Permitted,
     /// The first failure of a spell, and when the next try comes.
     Failing {
         ask: Ask,
@@ -139,9 +142,11 @@ impl Rule {
             // Asked for an expiry ago (the Board holds the call's start plus it).
             confirmed: left.and_then(|until| until.checked_sub(expiry)),
             latest: None,
-            // What the predecessor saw is unknown: the first fresh look decides, a
-            // long request renewing it in time, none clearing it.
-            last_long: None,
+            // What the predecessor saw is unknown: counted as a long request seen at
+            // the take-over, so the settle time runs from here as it would have run in
+            // the predecessor — a restart between two jobs of a stream does not clear
+            // the protection the next job needs.
+            last_long: left.map(|_| now),
             oldest: 0.0,
             read_done: false,
             retry_at: None,
@@ -222,6 +227,12 @@ impl Rule {
             // Blind: neither renewed nor cleared; the expiry decides.
             return (fresh == Some(false)).then_some(Ask::Clear);
         }
+        if fresh.is_none() {
+            // Blind or late: a helper that cannot see the port does not renew either,
+            // or a task whose port cannot be read would stay protected for the whole
+            // settle time (AFTER) instead of lapsing within the expiry.
+            return None;
+        }
         let renew_at = self.confirmed.map(|at| at + self.renew_after());
         renew_at.is_some_and(|at| now >= at).then_some(Ask::Protect)
     }
@@ -267,37 +278,37 @@ impl Rule {
         now: Instant,
         jitter: f64,
     ) -> Vec<Said> {
-        let mut said = Vec::new();
         if ask == Ask::Read {
             // Read once, whatever came back: it only tells early.
             self.read_done = true;
         }
+        let mut said = Vec::new();
         match answer {
             Answer::State { enabled } => {
-                if self.failures > 0 {
-                    said.push(Said::Recovered {
-                        failed: self.failures,
-                    });
+                if ask != Ask::Read && enabled != (ask == Ask::Protect) {
+                    // The other state than asked for: a failure like any other, before
+                    // anything counts as working again (or each retry would start a new
+                    // spell, with a line and the shortest pause).
+                    let reason = format!("the agent answered ProtectionEnabled: {enabled}");
+                    return self.failed(ask, reason, now, jitter);
                 }
-                self.failures = 0;
-                self.retry_at = None;
-                if ask != Ask::Read {
-                    self.denied_told = false;
-                }
-                match (ask, enabled) {
-                    (Ask::Read, _) => {
-                        if enabled && self.until.is_none() {
-                            // Set before this helper started, with an expiry it cannot
-                            // tell: renewed or cleared at the first chance.
-                            self.until = Some(sent + self.expiry());
-                            self.confirmed = sent.checked_sub(self.renew_after());
-                        } else if !enabled {
+                said.extend(self.answers(ask));
+                match ask {
+                    Ask::Read => {
+                        if !enabled {
                             self.until = None;
                             self.confirmed = None;
                         }
-                        said.push(Said::Found { enabled });
+                        // Protected, and the Board knows of no protection of this
+                        // lifeguard's: set by someone else (the app, another container of
+                        // the task) or by an earlier run of this container. Not taken
+                        // over, so never cleared by lifeguard for nothing: it lapses at
+                        // the expiry it was set with (within two minutes if it was
+                        // lifeguard's).
+                        let foreign = enabled && self.until.is_none();
+                        said.push(Said::Found { enabled, foreign });
                     }
-                    (Ask::Protect, true) => {
+                    Ask::Protect => {
                         let renewal = self.protected_until(sent).is_some();
                         self.until = Some(sent + self.expiry());
                         self.confirmed = Some(sent);
@@ -309,20 +320,11 @@ impl Rule {
                             }
                         });
                     }
-                    (Ask::Clear, false) => {
+                    Ask::Clear => {
                         self.until = None;
                         self.confirmed = None;
                         let quiet_for = self.last_long.map(|at| now.saturating_duration_since(at));
                         said.push(Said::Cleared { quiet_for });
-                    }
-                    // The agent answered with the other state than asked for.
-                    (ask, enabled) => {
-                        return self.failed(
-                            ask,
-                            format!("the agent answered ProtectionEnabled: {enabled}"),
-                            now,
-                            jitter,
-                        );
                     }
                 }
             }
@@ -332,6 +334,8 @@ impl Rule {
                 said.push(Said::NotAService);
             }
             Answer::Denied(message) => {
+                // The agent answers (a failure spell ends), the role lacks a permission.
+                said.extend(self.recovered());
                 // Said once: the read's refusal stands for the PUT's too (both
                 // permissions are named).
                 if !self.denied_told {
@@ -340,7 +344,6 @@ impl Rule {
                 }
                 if ask != Ask::Read {
                     self.retry_at = Some(now + self.minute * DENIED_RETRY_MINUTES);
-                    self.failures += 1;
                 }
             }
             Answer::Throttled(reason) | Answer::Failed(reason) => {
@@ -348,6 +351,22 @@ impl Rule {
             }
         }
         said
+    }
+
+    /// A call of `ask` worked: a failure spell, or a refusal of a PUT, ends.
+    fn answers(&mut self, ask: Ask) -> Vec<Said> {
+        let mut said: Vec<Said> = self.recovered().into_iter().collect();
+        self.retry_at = None;
+        if ask != Ask::Read && std::mem::take(&mut self.denied_told) {
+            said.push(Said::Permitted);
+        }
+        said
+    }
+
+    /// The end of a failure spell, if one was going on.
+    fn recovered(&mut self) -> Option<Said> {
+        let failed = std::mem::take(&mut self.failures);
+        (failed > 0).then_some(Said::Recovered { failed })
     }
 
     fn failed(&mut self, ask: Ask, reason: String, now: Instant, jitter: f64) -> Vec<Said> {
@@ -359,6 +378,12 @@ impl Rule {
                 reason,
                 retry_in: Duration::ZERO,
             }];
+        }
+        if ask == Ask::Clear {
+            // A clear that failed or timed out may still have been carried out: should
+            // a long request come back, the protection is renewed at once, not a minute
+            // after it was last set.
+            self.confirmed = now.checked_sub(self.renew_after());
         }
         self.failures += 1;
         let doubled = FIRST_RETRY.saturating_mul(1 << (self.failures - 1).min(10));
@@ -392,7 +417,7 @@ mod tests {
         let mut rule = Rule::new(AFTER, MINUTE, None, t0);
         assert_eq!(rule.due(t0), Some(Ask::Read));
         let said = rule.answered(Ask::Read, t0, Answer::State { enabled: false }, t0, 0.0);
-        assert_eq!(said, [Said::Found { enabled: false }]);
+        assert_eq!(said, [Said::Found { enabled: false, foreign: false }]);
         rule
     }
 
@@ -487,11 +512,23 @@ mod tests {
         // Long request seen at 40, then the sampler cannot read from 41.
         let age = |t: u64| if t <= 40 { Some(t as f64) } else { None };
         let (calls, said) = run(&mut rule, t0, (1, 300), age, agrees);
-        assert_eq!(calls, [(30, Ask::Protect), (90, Ask::Protect)]);
-        // Renewed at 90 (the long request was seen within the settle time), then
-        // neither renewed nor cleared: lapsed at 90 + 2 min.
+        // Not renewed at 90, though the long request was seen within the settle time:
+        // nothing is seen now. Neither renewed nor cleared: lapsed at 30 + 2 min.
+        assert_eq!(calls, [(30, Ask::Protect)]);
         assert_eq!(said.last(), Some(&Said::Lapsed));
-        assert_eq!(rule.protected_until(t0 + s(211.0)), None);
+        assert_eq!(rule.protected_until(t0 + s(150.0)), None);
+        // With AFTER ten minutes (settle ten minutes), still two minutes at most.
+        let mut long = Rule::new(s(600.0), MINUTE, None, t0);
+        long.answered(Ask::Read, t0, Answer::State { enabled: false }, t0, 0.0);
+        let age = |t: u64| if t <= 700 { Some(t as f64) } else { None };
+        let (calls, _) = run(&mut long, t0, (1, 1400), age, agrees);
+        assert_eq!(calls, [(600, Ask::Protect), (660, Ask::Protect)]);
+        assert_eq!(long.protected_until(t0 + s(780.0)), None);
+        // Seen again: renewed at the first fresh look.
+        let mut back = started(t0);
+        let age = |t: u64| if (41..=95).contains(&t) { None } else { Some(t as f64) };
+        let (calls, _) = run(&mut back, t0, (1, 100), age, agrees);
+        assert_eq!(calls, [(30, Ask::Protect), (96, Ask::Protect)]);
         // A blind start never sets it.
         let mut blind = started(t0);
         assert_eq!(run(&mut blind, t0, (1, 300), |_| None, agrees).0, []);
@@ -543,7 +580,61 @@ mod tests {
         // Once the policy is fixed, it works and says so.
         let (calls, said) = run(&mut rule, t0, (1001, 1300), |t| Some(t as f64), agrees);
         assert_eq!(calls[0], (1230, Ask::Protect));
-        assert_eq!(said[..2], [Said::Recovered { failed: 4 }, Said::Protected { oldest: 1230.0 }]);
+        assert_eq!(said[..2], [Said::Permitted, Said::Protected { oldest: 1230.0 }]);
+    }
+
+    #[test]
+    fn access_denied_and_the_agent_failing_are_spells_of_their_own() {
+        let t0 = Instant::now();
+        let mut rule = started(t0);
+        rule.look(t0 + s(30.0), Some(30.0));
+        let denied = Answer::Denied("not authorized".into());
+        let said = rule.answered(Ask::Protect, t0 + s(30.0), denied, t0 + s(30.0), 0.0);
+        assert!(matches!(&said[..], [Said::Denied { .. }]));
+        // Five minutes on, the agent is gone: that spell is said, from its first pause.
+        rule.look(t0 + s(330.0), Some(330.0));
+        assert_eq!(rule.due(t0 + s(330.0)), Some(Ask::Protect));
+        let gone = Answer::Failed("connection refused".into());
+        let said = rule.answered(Ask::Protect, t0 + s(330.0), gone, t0 + s(330.0), 0.0);
+        assert!(matches!(&said[..], [Said::Failing { retry_in, .. }] if *retry_in == s(2.0)), "{said:?}");
+        // It answers again, still refusing: the agent's spell ends, the refusal is not
+        // said twice, and nothing is said to be permitted.
+        let denied = Answer::Denied("not authorized".into());
+        let said = rule.answered(Ask::Protect, t0 + s(332.0), denied, t0 + s(332.0), 0.0);
+        assert_eq!(said, [Said::Recovered { failed: 1 }]);
+    }
+
+    #[test]
+    fn an_answer_with_the_other_state_backs_off_as_a_failure() {
+        let t0 = Instant::now();
+        let mut rule = started(t0);
+        let contrary = |ask: Ask| Answer::State {
+            enabled: ask != Ask::Protect,
+        };
+        let (calls, said) = run(&mut rule, t0, (1, 100), |t| Some(t as f64), contrary);
+        let times: Vec<u64> = calls.iter().map(|(t, _)| *t).collect();
+        assert_eq!(times, [30, 32, 36, 44, 60, 92]);
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(matches!(&said[0], Said::Failing { reason, .. } if reason.contains("ProtectionEnabled: false")));
+        // Then agreeing: one line for the spell.
+        let (_, said) = run(&mut rule, t0, (101, 200), |t| Some(t as f64), agrees);
+        assert_eq!(said[0], Said::Recovered { failed: 6 });
+    }
+
+    #[test]
+    fn a_failed_clear_is_renewed_at_once_when_a_long_request_comes_back() {
+        // The clear timed out: the agent may have carried it out all the same.
+        let t0 = Instant::now();
+        let mut rule = started(t0);
+        let age = |t: u64| Some(if t <= 40 { t as f64 } else { 0.0 });
+        run(&mut rule, t0, (1, 99), age, agrees);
+        let timeout = |_: Ask| Answer::Failed("the ECS agent did not answer within 5s".into());
+        let (calls, _) = run(&mut rule, t0, (100, 100), age, timeout);
+        assert_eq!(calls, [(100, Ask::Clear)]);
+        // A long request again at 101: renewed after the failure's pause (2 s), not a
+        // minute after the last renewal (at 90 + 60 = 150).
+        let (calls, _) = run(&mut rule, t0, (101, 110), |t| Some(t as f64), agrees);
+        assert_eq!(calls, [(102, Ask::Protect)]);
     }
 
     #[test]
@@ -592,26 +683,33 @@ mod tests {
 
     #[test]
     fn a_protection_left_by_a_predecessor_is_cleared_after_the_settle_time() {
-        // A helper started again finds the expiry on the Board.
+        // A helper started again finds the expiry on the Board (set 20 s before): the
+        // settle time runs from the take-over, as if a long request was seen then, so
+        // a restart between two jobs of a stream does not clear it at once.
         let t0 = Instant::now();
         let mut rule = Rule::new(AFTER, MINUTE, Some(t0 + s(100.0)), t0);
         assert!(rule.protected_until(t0).is_some());
-        rule.answered(Ask::Read, t0, Answer::State { enabled: true }, t0, 0.0);
+        let said = rule.answered(Ask::Read, t0, Answer::State { enabled: true }, t0, 0.0);
+        assert_eq!(said, [Said::Found { enabled: true, foreign: false }]);
         let (calls, said) = run(&mut rule, t0, (1, 120), |_| Some(0.0), agrees);
-        assert_eq!(calls, [(1, Ask::Clear)]);
-        assert_eq!(said, [Said::Cleared { quiet_for: None }]);
+        assert_eq!(calls, [(40, Ask::Protect), (60, Ask::Clear)]);
+        assert_eq!(said, [Said::Renewed, Said::Cleared { quiet_for: Some(s(60.0)) }]);
         // One still needed is renewed in time: a minute after its predecessor set it.
         let mut rule = Rule::new(AFTER, MINUTE, Some(t0 + s(100.0)), t0);
         rule.answered(Ask::Read, t0, Answer::State { enabled: true }, t0, 0.0);
         let (calls, said) = run(&mut rule, t0, (1, 50), |t| Some(40.0 + t as f64), agrees);
         assert_eq!((calls, said), (vec![(40, Ask::Protect)], vec![Said::Renewed]));
-        // The read finds one set that the Board did not know of (a crash between the
-        // call and the write): adopted, then renewed or cleared at the first look.
+        // The read finds one the Board does not know of (the app's own, another
+        // container's, an earlier run's): left alone, never cleared for nothing.
         let mut rule = Rule::new(AFTER, MINUTE, None, t0);
         let said = rule.answered(Ask::Read, t0, Answer::State { enabled: true }, t0, 0.0);
-        assert_eq!(said, [Said::Found { enabled: true }]);
-        let (calls, _) = run(&mut rule, t0, (1, 120), |_| Some(0.0), agrees);
-        assert_eq!(calls, [(1, Ask::Clear)]);
+        assert_eq!(said, [Said::Found { enabled: true, foreign: true }]);
+        assert_eq!(rule.protected_until(t0), None);
+        let (calls, _) = run(&mut rule, t0, (1, 300), |_| Some(0.0), agrees);
+        assert_eq!(calls, []);
+        // A long request of its own sets one all the same (and clears it after).
+        let (calls, _) = run(&mut rule, t0, (301, 500), |t| Some((t - 300) as f64), agrees);
+        assert_eq!(calls[0], (330, Ask::Protect));
     }
 
     #[test]
