@@ -165,6 +165,10 @@ fn tell(said: Said, expires: &dyn std::fmt::Display) {
             "scale-in protection: the task role is allowed to set it now (no more AccessDenied)",
             &[],
         ),
+        Said::StillFailing { failed, reason } => logging::warn(
+            "scale-in protection: the ECS agent still fails",
+            &[("failed_calls", &failed), ("reason", &reason)],
+        ),
         Said::Recovered { failed } => logging::info(
             "scale-in protection: the ECS agent answers again",
             &[("failed_calls", &failed)],

@@ -30,6 +30,9 @@ const LEAST_SETTLE_MINUTES: u32 = 1;
 /// - after AccessDenied, tried again every 5 minutes: the role's policy may be fixed
 ///   while the task runs, though not within seconds.
 const DENIED_RETRY_MINUTES: u32 = 5;
+/// - a failure spell that goes on is said again at most every 10 minutes: the log a
+///   an operator reads an hour into an outage says why the task is not protected now.
+const STILL_FAILING_MINUTES: u32 = 10;
 
 /// A call to the agent.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -93,6 +96,8 @@ pub enum Said {
         reason: String,
         retry_in: Duration,
     },
+    /// A failure spell goes on: `failed` calls so far, the last one's reason.
+    StillFailing { failed: u32, reason: String },
     /// A call worked after `failed` failures.
     Recovered { failed: u32 },
     /// The protection lapsed without being cleared: its renewal failed, or the look
@@ -120,6 +125,8 @@ pub struct Rule {
     retry_at: Option<Instant>,
     /// Failed calls in a row (the start's read aside).
     failures: u32,
+    /// When the spell was last said.
+    spell_said_at: Option<Instant>,
     /// AccessDenied has been said.
     denied_told: bool,
     /// Not a service's task: nothing more to ask.
@@ -151,6 +158,7 @@ impl Rule {
             read_done: false,
             retry_at: None,
             failures: 0,
+            spell_said_at: None,
             denied_told: false,
             off: false,
             stopping: false,
@@ -389,14 +397,24 @@ impl Rule {
         let doubled = FIRST_RETRY.saturating_mul(1 << (self.failures - 1).min(10));
         let pause = doubled.min(self.minute).mul_f64(1.0 + jitter.clamp(0.0, 1.0) / 2.0);
         self.retry_at = Some(now + pause);
-        if self.failures == 1 {
-            vec![Said::Failing {
-                ask,
-                reason,
-                retry_in: pause,
-            }]
-        } else {
-            Vec::new()
+        let said_at = self.spell_said_at.filter(|_| self.failures > 1);
+        match said_at {
+            None => {
+                self.spell_said_at = Some(now);
+                vec![Said::Failing {
+                    ask,
+                    reason,
+                    retry_in: pause,
+                }]
+            }
+            Some(at) if now.saturating_duration_since(at) >= self.minute * STILL_FAILING_MINUTES => {
+                self.spell_said_at = Some(now);
+                vec![Said::StillFailing {
+                    failed: self.failures,
+                    reason,
+                }]
+            }
+            Some(_) => Vec::new(),
         }
     }
 }
@@ -655,6 +673,28 @@ mod tests {
         jittered.answered(Ask::Protect, t0 + s(30.0), gone, t0 + s(30.0), 0.999);
         assert_eq!(jittered.due(t0 + s(32.9)), None);
         assert_eq!(jittered.next_wake(t0 + s(31.0)), Some(t0 + s(30.0) + s(2.0).mul_f64(1.4995)));
+    }
+
+    #[test]
+    fn a_failure_spell_that_goes_on_is_said_again_every_ten_minutes() {
+        let t0 = Instant::now();
+        let mut rule = started(t0);
+        let gone = |_: Ask| Answer::Failed("the ECS agent: connection refused".into());
+        let (calls, said) = run(&mut rule, t0, (1, 1900), |t| Some(t as f64), gone);
+        assert!(matches!(&said[0], Said::Failing { .. }), "{said:?}");
+        let again: Vec<u32> = said[1..]
+            .iter()
+            .map(|s| match s {
+                Said::StillFailing { failed, reason } if reason.contains("refused") => *failed,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        // From 30 s to 1,900 s, calls a minute apart after the first few: a line every
+        // ten of them (every ten minutes), not one a call.
+        assert_eq!(again, [15, 25, 35]);
+        assert!(calls.len() > 30);
+        let (_, said) = run(&mut rule, t0, (1901, 2000), |t| Some(t as f64), agrees);
+        assert!(matches!(said[0], Said::Recovered { .. }));
     }
 
     #[test]
