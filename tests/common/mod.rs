@@ -562,13 +562,41 @@ pub fn args<'a>(flags: &[&'a str], app_args: &[&'a str]) -> Vec<&'a str> {
 // ---------------------------------------------------------------------------------------
 // HTTP on loopback.
 
-/// A port nothing listens on right now.
+/// A port nothing listens on right now, for a server a test starts a moment later.
+///
+/// Taken below the kernel's ephemeral range (`net.ipv4.ip_local_port_range`, 32768 to
+/// 60999 by default), not with a bind to port 0: a port from that range is free only
+/// until the next outgoing connection of any test running beside this one picks it as
+/// its local port, and the server then fails with EADDRINUSE. Below the range only
+/// another explicit bind can take it, and the ports this process hands out never
+/// repeat (a cursor, started at a place of its own for each test binary).
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU32, Ordering};
+    const LOW: u32 = 10_000;
+    static CURSOR: AtomicU32 = AtomicU32::new(u32::MAX);
+    let ephemeral_from = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
+        .unwrap_or(32_768)
+        .min(65_536);
+    if ephemeral_from < LOW + 1_000 {
+        // An unusual range: nothing below it to take from.
+        return TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    }
+    let span = ephemeral_from - LOW;
+    let _ = CURSOR.compare_exchange(
+        u32::MAX,
+        (std::process::id().wrapping_mul(7_919)) % span,
+        Ordering::SeqCst,
+        Ordering::SeqCst,
+    );
+    for _ in 0..span {
+        let port = (LOW + CURSOR.fetch_add(1, Ordering::SeqCst) % span) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port on 127.0.0.1 between {LOW} and {ephemeral_from}");
 }
 
 /// One request on a fresh connection: (status, body), or the connect/read error.
