@@ -30,8 +30,8 @@ const LEAST_SETTLE_MINUTES: u32 = 1;
 /// - after AccessDenied, tried again every 5 minutes: the role's policy may be fixed
 ///   while the task runs, though not within seconds.
 const DENIED_RETRY_MINUTES: u32 = 5;
-/// - a failure spell that goes on is said again at most every 10 minutes: the log a
-///   an operator reads an hour into an outage says why the task is not protected now.
+/// - a failure spell that goes on is said again at most every 10 minutes: the log an
+///   operator reads an hour into an outage says why the task is not protected now.
 const STILL_FAILING_MINUTES: u32 = 10;
 
 /// A call to the agent.
