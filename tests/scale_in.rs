@@ -487,7 +487,7 @@ fn off_ecs_the_protected_metric_is_not_published_as_a_paid_zero() {
     // The same image off ECS (no ECS_AGENT_URI), publishing EMF records with
     // METRICS_EXTRA=ScaleInProtected: the records go out, without that metric.
     let app = free_port().to_string();
-    let run = start_with(
+    let mut run = start_with(
         Mode::Pid1,
         &args(
             &["--drain-delay", "0", "--listen", "off", "--inflight-port", &app, "--scale-in-protection", "30s"],
@@ -504,6 +504,13 @@ fn off_ecs_the_protected_metric_is_not_published_as_a_paid_zero() {
     run.ready();
     let line = run.expect_log("METRICS_EXTRA=ScaleInProtected publishes nothing");
     assert!(line.contains("ECS_AGENT_URI"), "{line}");
+    if skipped_under_emulation(
+        "sock_diag is refused under qemu-user: no in-flight count, so no record goes out to look into",
+    ) {
+        run.signal(libc::SIGTERM);
+        run.expect_exit(0);
+        return;
+    }
     let records = wait_until("two EMF records", || {
         let records: Vec<String> =
             run.stdout().into_iter().filter(|l| l.starts_with('{') && l.contains("_aws")).collect();
@@ -512,7 +519,6 @@ fn off_ecs_the_protected_metric_is_not_published_as_a_paid_zero() {
     for record in &records {
         assert!(!record.contains("ScaleInProtected"), "{record}");
     }
-    let mut run = run;
     run.signal(libc::SIGTERM);
     run.expect_exit(0);
 }
