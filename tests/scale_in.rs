@@ -15,7 +15,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::ecs_agent::{Agent, Answers};
+use common::ecs_agent::{Agent, Answers, Fault};
 use common::*;
 
 /// The fault-injection build's short minute.
@@ -317,8 +317,8 @@ fn throttling_and_request_canceled_back_off_one_call_at_a_time_until_it_is_prote
     }
     // ECS throttling the account's calls; the agent's own call to ECS timing out (504).
     for (mode, code) in [
-        (Answers::Throttled(2), "ThrottlingException"),
-        (Answers::Canceled(2), "RequestCanceled"),
+        (Answers::First(2, Fault::Throttled), "ThrottlingException"),
+        (Answers::First(2, Fault::Canceled), "RequestCanceled"),
     ] {
         let agent = Agent::start(Answers::Service, REAL_MINUTE);
         let task = start_task(&agent.uri, &[]);
@@ -361,7 +361,7 @@ fn an_agent_gone_and_back_then_hanging_once_protects_the_task_when_it_answers() 
     assert!(line.contains("connection refused"), "{line}");
     // Back at its address; its first call hangs (given up after 5 s), then it answers.
     let back = Instant::now();
-    let agent = Agent::start_at(port, Answers::HangsFor(1), REAL_MINUTE);
+    let agent = Agent::start_at(port, Answers::First(1, Fault::Hangs), REAL_MINUTE);
     wait_until("a call to the agent that is back", || (!agent.calls().is_empty()).then_some(()));
     // The next after the hang's 5 s and a pause of 4 s at least (the third failure in
     // a row): within 15 s of the first call. Patience starts now.
@@ -388,7 +388,7 @@ fn a_protection_set_by_someone_else_is_left_alone() {
     agent.protect_for(Duration::from_secs(600));
     let mut task = start_task_with_minute(&agent.uri, MINUTE, &[]);
     task.run.expect_log("not by this lifeguard");
-    // Looks with no long request for twice the settle time (2 s here, a real minute
+    // Looks with no long request for three settle times (2 s each here, a real minute
     // at least): lifeguard neither clears nor renews what it did not set.
     let seen = Instant::now();
     while seen.elapsed() < MINUTE * 2 + Duration::from_secs(2) {
@@ -407,7 +407,7 @@ fn an_agent_that_hangs_or_is_gone_costs_the_stop_nothing() {
         return;
     }
     // Hangs: each call given up after 5 s, never two at once.
-    let agent = Agent::start(Answers::Hangs, REAL_MINUTE);
+    let agent = Agent::start(Answers::Always(Fault::Hangs), REAL_MINUTE);
     let mut task = start_task(&agent.uri, &[]);
     let line = task.run.expect_log("reading the task's scale-in protection failed");
     assert!(line.contains("did not answer within 5s"), "{line}");

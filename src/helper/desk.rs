@@ -121,6 +121,13 @@ impl Desk {
         self.snapshot_asked(Instant::now())
     }
 
+    /// Whether the task is kept out of scale-in at `now`, where the protection runs:
+    /// elsewhere (off ECS) it is no figure to show or publish, rather than a 0 forever.
+    pub fn scale_in_protected(&self, now: Instant) -> Option<bool> {
+        (self.counters.protection_on.load(Ordering::Relaxed))
+            .then(|| self.board.scale_in_protected(now))
+    }
+
     /// A snapshot for a question asked at `asked` (see `term_pending`).
     pub fn snapshot_asked(&self, asked: Instant) -> Snapshot {
         let phase = self.phase();
@@ -143,8 +150,7 @@ impl Desk {
             helper_failures: threads::failures(),
             helper_restarts: self.board.helper_restarts(),
             drain_seconds: self.board.drain_seconds(),
-            scale_in_protected: (self.counters.protection_is_on())
-                .then(|| self.board.scale_in_protected(asked)),
+            scale_in_protected: self.scale_in_protected(asked),
             sample,
         }
     }
@@ -283,12 +289,6 @@ impl Counters {
 
     pub fn protection_on(&self) {
         self.protection_on.store(true, Ordering::Relaxed);
-    }
-
-    /// Whether scale-in protection runs: only then is its state a figure to show or
-    /// publish (off ECS it would be a 0 forever).
-    pub fn protection_is_on(&self) -> bool {
-        self.protection_on.load(Ordering::Relaxed)
     }
 
     /// Whether the publisher is running with a client.

@@ -22,15 +22,31 @@ pub enum Answers {
     Standalone,
     /// The task role lacks the permissions: `AccessDeniedException`.
     Denied,
-    /// `ThrottlingException` for the next N calls, then as `Service`.
-    Throttled(usize),
+    /// The fault for every call.
+    Always(Fault),
+    /// The fault for the next N calls, then as `Service`.
+    First(usize, Fault),
+}
+
+/// A call the agent fails.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Fault {
+    /// `ThrottlingException`.
+    Throttled,
+    /// `RequestCanceled` with HTTP 504, as the agent answers when its own call to ECS
+    /// timed out.
+    Canceled,
     /// Reads the request and never answers (holds the connection 30 s).
     Hangs,
-    /// As `Hangs` for the next N calls, then as `Service`.
-    HangsFor(usize),
-    /// `RequestCanceled` with HTTP 504, as the agent answers when its own call to ECS
-    /// timed out, for the next N calls, then as `Service`.
-    Canceled(usize),
+}
+
+/// The status (0: no answer at all) and body of `fault`.
+fn failed(fault: Fault) -> (u16, String) {
+    match fault {
+        Fault::Throttled => (400, error("ThrottlingException", "Rate exceeded")),
+        Fault::Canceled => (504, error("RequestCanceled", "Timed out calling ECS Task Protection API")),
+        Fault::Hangs => (0, String::new()),
+    }
 }
 
 /// One call the stand-in took.
@@ -193,14 +209,10 @@ fn answer(mut stream: TcpStream, task: &Mutex<Task>, minute: Duration) {
             (404, error("ResourceNotFoundException", "no such path"))
         } else {
             match task.mode {
-                Answers::Hangs => (0, String::new()),
-                Answers::HangsFor(n) if n > 0 => {
-                    task.mode = Answers::HangsFor(n - 1);
-                    (0, String::new())
-                }
-                Answers::Canceled(n) if n > 0 => {
-                    task.mode = Answers::Canceled(n - 1);
-                    (504, error("RequestCanceled", "Timed out calling ECS Task Protection API"))
+                Answers::Always(fault) => failed(fault),
+                Answers::First(n, fault) if n > 0 => {
+                    task.mode = Answers::First(n - 1, fault);
+                    failed(fault)
                 }
                 Answers::Standalone => (
                     200,
@@ -222,14 +234,7 @@ fn answer(mut stream: TcpStream, task: &Mutex<Task>, minute: Duration) {
                         ),
                     )
                 }
-                Answers::Throttled(n) if n > 0 => {
-                    task.mode = Answers::Throttled(n - 1);
-                    (400, error("ThrottlingException", "Rate exceeded"))
-                }
-                Answers::Throttled(_)
-                | Answers::HangsFor(_)
-                | Answers::Canceled(_)
-                | Answers::Service => state(&mut task, &method, &body, minute, at),
+                Answers::First(..) | Answers::Service => state(&mut task, &method, &body, minute, at),
             }
         };
         task.calls.push(Call {

@@ -573,7 +573,7 @@ pub fn args<'a>(flags: &[&'a str], app_args: &[&'a str]) -> Vec<&'a str> {
 pub fn free_port() -> u16 {
     use std::sync::atomic::{AtomicU32, Ordering};
     const LOW: u32 = 10_000;
-    static CURSOR: AtomicU32 = AtomicU32::new(u32::MAX);
+    static CURSOR: AtomicU32 = AtomicU32::new(0);
     let ephemeral_from = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|range| range.split_whitespace().next()?.parse::<u32>().ok())
@@ -584,14 +584,10 @@ pub fn free_port() -> u16 {
         return TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     }
     let span = ephemeral_from - LOW;
-    let _ = CURSOR.compare_exchange(
-        u32::MAX,
-        (std::process::id().wrapping_mul(7_919)) % span,
-        Ordering::SeqCst,
-        Ordering::SeqCst,
-    );
+    let start = std::process::id().wrapping_mul(7_919);
     for _ in 0..span {
-        let port = (LOW + CURSOR.fetch_add(1, Ordering::SeqCst) % span) as u16;
+        let at = start.wrapping_add(CURSOR.fetch_add(1, Ordering::Relaxed));
+        let port = (LOW + at % span) as u16;
         if TcpListener::bind(("127.0.0.1", port)).is_ok() {
             return port;
         }

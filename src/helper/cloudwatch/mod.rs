@@ -314,8 +314,7 @@ async fn publish(
                 let reading = Reading {
                     // The Board's word, which only a protection on ECS ever sets; none
                     // when it does not run (off ECS), rather than a paid 0 forever.
-                    scale_in_protected: (desk.counters.protection_is_on())
-                        .then(|| desk.board.scale_in_protected(now)),
+                    scale_in_protected: desk.scale_in_protected(now),
                     ..reading(&sample)
                 };
                 if plan.record(reading, now) {

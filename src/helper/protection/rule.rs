@@ -397,25 +397,24 @@ impl Rule {
         let doubled = FIRST_RETRY.saturating_mul(1 << (self.failures - 1).min(10));
         let pause = doubled.min(self.minute).mul_f64(1.0 + jitter.clamp(0.0, 1.0) / 2.0);
         self.retry_at = Some(now + pause);
-        let said_at = self.spell_said_at.filter(|_| self.failures > 1);
-        match said_at {
-            None => {
-                self.spell_said_at = Some(now);
-                vec![Said::Failing {
-                    ask,
-                    reason,
-                    retry_in: pause,
-                }]
+        let said = if self.failures == 1 {
+            Said::Failing {
+                ask,
+                reason,
+                retry_in: pause,
             }
-            Some(at) if now.saturating_duration_since(at) >= self.minute * STILL_FAILING_MINUTES => {
-                self.spell_said_at = Some(now);
-                vec![Said::StillFailing {
-                    failed: self.failures,
-                    reason,
-                }]
+        } else if self.spell_said_at.is_some_and(|at| {
+            now.saturating_duration_since(at) >= self.minute * STILL_FAILING_MINUTES
+        }) {
+            Said::StillFailing {
+                failed: self.failures,
+                reason,
             }
-            Some(_) => Vec::new(),
-        }
+        } else {
+            return Vec::new();
+        };
+        self.spell_said_at = Some(now);
+        vec![said]
     }
 }
 
