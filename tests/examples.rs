@@ -342,7 +342,10 @@ fn the_ecs_example_fits_the_metrics_contract_the_policy_and_the_alarm() {
     // for it, in the example's cluster (the ClusterName the metrics carry).
     let after = seconds(flag(&args, "scale-in-protection").expect("--scale-in-protection"));
     assert!(flag(&args, "inflight-port").is_some());
-    assert!(after >= seconds(flag(&args, "drain-max").unwrap()), "{after}");
+    assert!(
+        after >= seconds(flag(&args, "drain-max").unwrap()),
+        "{after}"
+    );
     let protection = &policy["Statement"][1];
     let actions = strings(&protection["Action"]);
     assert!(

@@ -307,7 +307,10 @@ fn the_shipped_binary_carries_no_fault_points() {
         let bytes = std::fs::read(path).unwrap();
         bytes.windows(marker.len()).any(|w| w == marker)
     };
-    assert!(contains(&fault_build()[0]), "the fault build lacks its marker");
+    assert!(
+        contains(&fault_build()[0]),
+        "the fault build lacks its marker"
+    );
     let shipped = static_binaries().join("lifeguard");
     assert!(
         !contains(&shipped.display().to_string()),

@@ -63,18 +63,26 @@ fn start_task_with_env(
     ];
     flags.extend_from_slice(extra);
     let uri = agent_uri.to_string();
-    let env: Vec<(String, String)> = env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
     let argv = if minute == REAL_MINUTE {
         lifeguard_argv()
     } else {
         fault_build()
     };
-    let run = start_program(argv, Mode::Pid1, &args(&flags, &["--http", &app]), move |cmd| {
-        cmd.env("ECS_AGENT_URI", &uri).envs(env);
-        if minute != REAL_MINUTE {
-            cmd.env("LIFEGUARD_FAULT_MINUTE", minute.as_millis().to_string());
-        }
-    });
+    let run = start_program(
+        argv,
+        Mode::Pid1,
+        &args(&flags, &["--http", &app]),
+        move |cmd| {
+            cmd.env("ECS_AGENT_URI", &uri).envs(env);
+            if minute != REAL_MINUTE {
+                cmd.env("LIFEGUARD_FAULT_MINUTE", minute.as_millis().to_string());
+            }
+        },
+    );
     run.ready();
     wait_for_answer(endpoint, "/readyz", 200, "ready");
     Task {
@@ -94,11 +102,20 @@ impl Task {
             // Its own connection: the answer comes only at the end, later than the
             // harness's read timeout.
             let mut stream = TcpStream::connect(("127.0.0.1", port)).unwrap();
-            stream.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
-            write!(stream, "GET {sent} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+            stream
+                .set_read_timeout(Some(Duration::from_secs(60)))
+                .unwrap();
+            write!(
+                stream,
+                "GET {sent} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            )
+            .unwrap();
             let mut text = String::new();
             let _ = stream.read_to_string(&mut text);
-            text.split_whitespace().nth(1).and_then(|s| s.parse().ok()).unwrap_or(0)
+            text.split_whitespace()
+                .nth(1)
+                .and_then(|s| s.parse().ok())
+                .unwrap_or(0)
         });
         self.run.expect_line(&format!("request {path}"));
         request
@@ -108,7 +125,9 @@ impl Task {
     /// reads), a SIGTERM: its line says the task was protected, the drain lets `request`
     /// finish, and lifeguard exits 0.
     fn stop_while_protected(mut self, request: std::thread::JoinHandle<u16>) {
-        wait_until("the gauge at 1", || (self.gauge().as_deref() == Some("1")).then_some(()));
+        wait_until("the gauge at 1", || {
+            (self.gauge().as_deref() == Some("1")).then_some(())
+        });
         self.run.signal(libc::SIGTERM);
         let line = self.run.expect_log("draining: not ready");
         assert!(line.contains("scale_in_protected=yes"), "{line}");
@@ -145,7 +164,8 @@ fn calls_of(agent: &Agent, since: Instant) -> String {
 
 #[test]
 fn a_long_request_is_protected_renewed_while_it_runs_and_cleared_after_it_ends() {
-    if skipped_under_emulation("sock_diag, which gives a request's age, is refused under qemu-user") {
+    if skipped_under_emulation("sock_diag, which gives a request's age, is refused under qemu-user")
+    {
         return;
     }
     let agent = Agent::start(Answers::Service, MINUTE);
@@ -175,7 +195,9 @@ fn a_long_request_is_protected_renewed_while_it_runs_and_cleared_after_it_ends()
         "protected {set_after:?} after the request\n{}",
         calls_of(&agent, sent)
     );
-    wait_until("the gauge", || (task.gauge().as_deref() == Some("1")).then_some(()));
+    wait_until("the gauge", || {
+        (task.gauge().as_deref() == Some("1")).then_some(())
+    });
     wait_until("a record with ScaleInProtected 1", || {
         task.run.stdout().iter().find_map(|line| {
             let record: serde_json::Value = serde_json::from_str(line).ok()?;
@@ -196,7 +218,11 @@ fn a_long_request_is_protected_renewed_while_it_runs_and_cleared_after_it_ends()
     let ended = Instant::now();
     assert_eq!(request.join().unwrap(), 200);
     let renewals = agent.puts().iter().filter(|(_, on)| *on).count();
-    assert!(renewals >= 3, "set and renewed every 2 s over 7 s\n{}", calls_of(&agent, sent));
+    assert!(
+        renewals >= 3,
+        "set and renewed every 2 s over 7 s\n{}",
+        calls_of(&agent, sent)
+    );
     // Cleared after the settle time (2 s), by a call, well before the expiry would.
     wait_until("the clear", || {
         agent.puts().iter().any(|(_, on)| !on).then_some(())
@@ -210,7 +236,9 @@ fn a_long_request_is_protected_renewed_while_it_runs_and_cleared_after_it_ends()
     );
     assert!(!agent.protected());
     task.run.expect_log("scale-in protection cleared");
-    wait_until("the gauge back at 0", || (task.gauge().as_deref() == Some("0")).then_some(()));
+    wait_until("the gauge back at 0", || {
+        (task.gauge().as_deref() == Some("0")).then_some(())
+    });
     // The stop line says so, and nothing is asked after the SIGTERM.
     let calls = agent.calls().len();
     task.run.signal(libc::SIGTERM);
@@ -223,7 +251,8 @@ fn a_long_request_is_protected_renewed_while_it_runs_and_cleared_after_it_ends()
 
 #[test]
 fn steady_short_requests_never_protect_the_task() {
-    if skipped_under_emulation("sock_diag, which gives a request's age, is refused under qemu-user") {
+    if skipped_under_emulation("sock_diag, which gives a request's age, is refused under qemu-user")
+    {
         return;
     }
     // The trap of "any request in flight": here a request is always in flight (eight
@@ -258,7 +287,10 @@ fn steady_short_requests_never_protect_the_task() {
     }
     let answered: usize = clients.into_iter().map(|c| c.join().unwrap()).sum();
     assert!(answered > 100, "the load ran: {answered} answers");
-    assert!(in_flight_seen > 20, "requests were in flight at most looks: {in_flight_seen}");
+    assert!(
+        in_flight_seen > 20,
+        "requests were in flight at most looks: {in_flight_seen}"
+    );
     assert!(agent.puts().is_empty(), "{}", calls_of(&agent, until));
     assert_eq!(task.gauge().as_deref(), Some("0"));
     task.run.signal(libc::SIGTERM);
@@ -267,7 +299,8 @@ fn steady_short_requests_never_protect_the_task() {
 
 #[test]
 fn a_standalone_task_is_told_once_and_the_agent_never_asked_again() {
-    if skipped_under_emulation("sock_diag, which gives a request's age, is refused under qemu-user") {
+    if skipped_under_emulation("sock_diag, which gives a request's age, is refused under qemu-user")
+    {
         return;
     }
     let agent = Agent::start(Answers::Standalone, REAL_MINUTE);
@@ -279,7 +312,12 @@ fn a_standalone_task_is_told_once_and_the_agent_never_asked_again() {
     let calls = agent.calls();
     assert_eq!(calls.len(), 1, "only the start's read");
     assert_eq!(calls[0].method, "GET");
-    let told = task.run.stderr().iter().filter(|l| l.contains("TASK_NOT_VALID")).count();
+    let told = task
+        .run
+        .stderr()
+        .iter()
+        .filter(|l| l.contains("TASK_NOT_VALID"))
+        .count();
     assert_eq!(told, 1);
     task.run.signal(libc::SIGTERM);
     task.run.expect_exit(0);
@@ -287,7 +325,8 @@ fn a_standalone_task_is_told_once_and_the_agent_never_asked_again() {
 
 #[test]
 fn access_denied_names_both_permissions_once_and_is_not_hammered() {
-    if skipped_under_emulation("sock_diag, which gives a request's age, is refused under qemu-user") {
+    if skipped_under_emulation("sock_diag, which gives a request's age, is refused under qemu-user")
+    {
         return;
     }
     let agent = Agent::start(Answers::Denied, REAL_MINUTE);
@@ -303,7 +342,12 @@ fn access_denied_names_both_permissions_once_and_is_not_hammered() {
     wait_until("the PUT", || (!agent.puts().is_empty()).then_some(()));
     assert_eq!(request.join().unwrap(), 200);
     assert_eq!(agent.puts().len(), 1, "{}", calls_of(&agent, sent));
-    let told = task.run.stderr().iter().filter(|l| l.contains("AccessDenied")).count();
+    let told = task
+        .run
+        .stderr()
+        .iter()
+        .filter(|l| l.contains("AccessDenied"))
+        .count();
     assert_eq!(told, 1, "said once:\n{}", task.run.transcript());
     assert_eq!(task.gauge().as_deref(), Some("0"));
     task.run.signal(libc::SIGTERM);
@@ -312,7 +356,8 @@ fn access_denied_names_both_permissions_once_and_is_not_hammered() {
 
 #[test]
 fn throttling_and_request_canceled_back_off_one_call_at_a_time_until_it_is_protected() {
-    if skipped_under_emulation("sock_diag, which gives a request's age, is refused under qemu-user") {
+    if skipped_under_emulation("sock_diag, which gives a request's age, is refused under qemu-user")
+    {
         return;
     }
     // ECS throttling the account's calls; the agent's own call to ECS timing out (504).
@@ -322,7 +367,9 @@ fn throttling_and_request_canceled_back_off_one_call_at_a_time_until_it_is_prote
     ] {
         let agent = Agent::start(Answers::Service, REAL_MINUTE);
         let task = start_task(&agent.uri, &[]);
-        wait_until("the start's GET", || (!agent.calls().is_empty()).then_some(()));
+        wait_until("the start's GET", || {
+            (!agent.calls().is_empty()).then_some(())
+        });
         agent.set_mode(mode);
         let sent = Instant::now();
         let request = task.long_request(16_000);
@@ -330,15 +377,32 @@ fn throttling_and_request_canceled_back_off_one_call_at_a_time_until_it_is_prote
         // Two refused, then the third: 2 s, then 4 s apart at least (jitter adds up to
         // half of each).
         let statuses: Vec<Option<u16>> = agent.calls().iter().skip(1).map(|c| c.status).collect();
-        assert_eq!(statuses[2..], [Some(200)], "{code}\n{}", calls_of(&agent, sent));
+        assert_eq!(
+            statuses[2..],
+            [Some(200)],
+            "{code}\n{}",
+            calls_of(&agent, sent)
+        );
         let puts: Vec<Instant> = agent.puts().iter().map(|(at, _)| *at).collect();
-        let gaps: Vec<f64> = puts.windows(2).map(|w| (w[1] - w[0]).as_secs_f64()).collect();
+        let gaps: Vec<f64> = puts
+            .windows(2)
+            .map(|w| (w[1] - w[0]).as_secs_f64())
+            .collect();
         for (gap, least) in gaps.iter().zip([2.0, 4.0]) {
-            assert!(*gap >= least * 0.95 && *gap < least * 1.5 + 1.5, "{code}: gaps {gaps:?}");
+            assert!(
+                *gap >= least * 0.95 && *gap < least * 1.5 + 1.5,
+                "{code}: gaps {gaps:?}"
+            );
         }
-        let line = task.run.expect_log("setting the task's scale-in protection failed");
+        let line = task
+            .run
+            .expect_log("setting the task's scale-in protection failed");
         assert!(line.contains(code), "{line}");
-        let retry = line.split("retry_in=").nth(1).unwrap_or_default().trim_start_matches('"');
+        let retry = line
+            .split("retry_in=")
+            .nth(1)
+            .unwrap_or_default()
+            .trim_start_matches('"');
         assert!(retry.starts_with("2s"), "{line}");
         task.run.expect_log("the ECS agent answers again");
         assert_eq!(agent.most_calls_at_once(), 1);
@@ -348,28 +412,37 @@ fn throttling_and_request_canceled_back_off_one_call_at_a_time_until_it_is_prote
 
 #[test]
 fn an_agent_gone_and_back_then_hanging_once_protects_the_task_when_it_answers() {
-    if skipped_under_emulation("sock_diag, which gives a request's age, is refused under qemu-user") {
+    if skipped_under_emulation("sock_diag, which gives a request's age, is refused under qemu-user")
+    {
         return;
     }
     // Nothing at ECS_AGENT_URI yet (the agent restarting, say).
     let port = free_port();
     let uri = format!("http://127.0.0.1:{port}/api/1234567890abcdef0-3920716453");
     let mut task = start_task(&uri, &[]);
-    task.run.expect_log("reading the task's scale-in protection failed");
+    task.run
+        .expect_log("reading the task's scale-in protection failed");
     let request = task.long_request(30_000);
-    let line = task.run.expect_log("setting the task's scale-in protection failed");
+    let line = task
+        .run
+        .expect_log("setting the task's scale-in protection failed");
     assert!(line.contains("connection refused"), "{line}");
     // Back at its address; its first call hangs (given up after 5 s), then it answers.
     let back = Instant::now();
     let agent = Agent::start_at(port, Answers::First(1, Fault::Hangs), REAL_MINUTE);
-    wait_until("a call to the agent that is back", || (!agent.calls().is_empty()).then_some(()));
+    wait_until("a call to the agent that is back", || {
+        (!agent.calls().is_empty()).then_some(())
+    });
     // The next after the hang's 5 s and a pause of 4 s at least (the third failure in
     // a row): within 15 s of the first call. Patience starts now.
     wait_until("the protection", || agent.protected().then_some(()));
     let calls = agent.calls();
     assert_eq!(calls.len(), 2, "{}", calls_of(&agent, back));
     let gap = calls[1].at - calls[0].at;
-    assert!(gap >= Duration::from_secs(9), "gave up and paused for {gap:?} only");
+    assert!(
+        gap >= Duration::from_secs(9),
+        "gave up and paused for {gap:?} only"
+    );
     assert_eq!(agent.most_calls_at_once(), 1);
     let line = task.run.expect_log("the ECS agent answers again");
     assert!(line.contains("failed_calls="), "{line}");
@@ -380,7 +453,8 @@ fn an_agent_gone_and_back_then_hanging_once_protects_the_task_when_it_answers() 
 
 #[test]
 fn a_protection_set_by_someone_else_is_left_alone() {
-    if skipped_under_emulation("sock_diag, which gives a request's age, is refused under qemu-user") {
+    if skipped_under_emulation("sock_diag, which gives a request's age, is refused under qemu-user")
+    {
         return;
     }
     // The app protects its own task (as teams do by hand) before lifeguard starts.
@@ -396,23 +470,31 @@ fn a_protection_set_by_someone_else_is_left_alone() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(agent.protected());
-    assert_eq!(task.gauge().as_deref(), Some("0"), "not lifeguard's protection");
+    assert_eq!(
+        task.gauge().as_deref(),
+        Some("0"),
+        "not lifeguard's protection"
+    );
     task.run.signal(libc::SIGTERM);
     task.run.expect_exit(0);
 }
 
 #[test]
 fn an_agent_that_hangs_or_is_gone_costs_the_stop_nothing() {
-    if skipped_under_emulation("sock_diag, which gives a request's age, is refused under qemu-user") {
+    if skipped_under_emulation("sock_diag, which gives a request's age, is refused under qemu-user")
+    {
         return;
     }
     // Hangs: each call given up after 5 s, never two at once.
     let agent = Agent::start(Answers::Always(Fault::Hangs), REAL_MINUTE);
     let mut task = start_task(&agent.uri, &[]);
-    let line = task.run.expect_log("reading the task's scale-in protection failed");
+    let line = task
+        .run
+        .expect_log("reading the task's scale-in protection failed");
     assert!(line.contains("did not answer within 5s"), "{line}");
     let request = task.long_request(12_000);
-    task.run.expect_log("setting the task's scale-in protection failed");
+    task.run
+        .expect_log("setting the task's scale-in protection failed");
     assert_eq!(agent.most_calls_at_once(), 1);
     // A SIGTERM with a call hanging: the stop is not delayed by it (the request is
     // still in flight: the drain holds for it, as always, and the app finishes it).
@@ -422,14 +504,21 @@ fn an_agent_that_hangs_or_is_gone_costs_the_stop_nothing() {
     assert!(line.contains("scale_in_protected=no"), "{line}");
     assert_eq!(request.join().unwrap(), 200);
     task.run.expect_exit(0);
-    assert!(stop.elapsed() < Duration::from_secs(14), "{:?}", stop.elapsed());
+    assert!(
+        stop.elapsed() < Duration::from_secs(14),
+        "{:?}",
+        stop.elapsed()
+    );
     // Gone: nothing listens at ECS_AGENT_URI.
     let gone = format!("http://127.0.0.1:{}/api/1234567890abcdef0", free_port());
     let mut task = start_task(&gone, &[]);
-    let line = task.run.expect_log("reading the task's scale-in protection failed");
+    let line = task
+        .run
+        .expect_log("reading the task's scale-in protection failed");
     assert!(line.contains("connection refused"), "{line}");
     let request = task.long_request(4_000);
-    task.run.expect_log("setting the task's scale-in protection failed");
+    task.run
+        .expect_log("setting the task's scale-in protection failed");
     assert_eq!(request.join().unwrap(), 200);
     task.run.signal(libc::SIGTERM);
     task.run.expect_exit(0);
@@ -437,7 +526,8 @@ fn an_agent_that_hangs_or_is_gone_costs_the_stop_nothing() {
 
 #[test]
 fn a_stopped_helper_lets_the_protection_lapse_and_a_killed_one_is_taken_over() {
-    if skipped_under_emulation("sock_diag, which gives a request's age, is refused under qemu-user") {
+    if skipped_under_emulation("sock_diag, which gives a request's age, is refused under qemu-user")
+    {
         return;
     }
     let agent = Agent::start(Answers::Service, MINUTE);
@@ -455,14 +545,20 @@ fn a_stopped_helper_lets_the_protection_lapse_and_a_killed_one_is_taken_over() {
     });
     let killed = Instant::now();
     while killed.elapsed() < Duration::from_secs(5) {
-        assert!(agent.protected(), "lapsed after the helper was killed\n{}", calls_of(&agent, sent));
+        assert!(
+            agent.protected(),
+            "lapsed after the helper was killed\n{}",
+            calls_of(&agent, sent)
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     // Stopped (hung, or starved of CPU): nothing renews it and nothing clears it, and
     // the stand-in's expiry — ExpiresInMinutes=2 — is what releases the task.
     let helper = helper_of(&task.run);
     send(helper, libc::SIGSTOP);
-    wait_until("the helper to stop", || (state(helper) == Some('T')).then_some(()));
+    wait_until("the helper to stop", || {
+        (state(helper) == Some('T')).then_some(())
+    });
     let stopped = Instant::now();
     let calls = agent.calls().len();
     wait_until("the lapse", || (!agent.protected()).then_some(()));
@@ -472,9 +568,15 @@ fn a_stopped_helper_lets_the_protection_lapse_and_a_killed_one_is_taken_over() {
         "lapsed {lapsed:?} after the helper stopped\n{}",
         calls_of(&agent, sent)
     );
-    assert!(agent.puts().last().is_some_and(|(_, on)| *on), "never cleared by a call");
+    assert!(
+        agent.puts().last().is_some_and(|(_, on)| *on),
+        "never cleared by a call"
+    );
     assert_eq!(agent.calls().len(), calls, "no call from a stopped helper");
-    assert!(!request.is_finished(), "the request still runs: only the expiry released it");
+    assert!(
+        !request.is_finished(),
+        "the request still runs: only the expiry released it"
+    );
     // Supervision replaces the hung helper (10 s without a heartbeat); the new one
     // sees the request still long and protects the task again.
     task.run.expect_log("the helper process hangs");
@@ -490,7 +592,16 @@ fn off_ecs_the_protected_metric_is_not_published_as_a_paid_zero() {
     let mut run = start_with(
         Mode::Pid1,
         &args(
-            &["--drain-delay", "0", "--listen", "off", "--inflight-port", &app, "--scale-in-protection", "30s"],
+            &[
+                "--drain-delay",
+                "0",
+                "--listen",
+                "off",
+                "--inflight-port",
+                &app,
+                "--scale-in-protection",
+                "30s",
+            ],
             &["--http", &app],
         ),
         |cmd| {
@@ -512,8 +623,11 @@ fn off_ecs_the_protected_metric_is_not_published_as_a_paid_zero() {
         return;
     }
     let records = wait_until("two EMF records", || {
-        let records: Vec<String> =
-            run.stdout().into_iter().filter(|l| l.starts_with('{') && l.contains("_aws")).collect();
+        let records: Vec<String> = run
+            .stdout()
+            .into_iter()
+            .filter(|l| l.starts_with('{') && l.contains("_aws"))
+            .collect();
         (records.len() >= 2).then_some(records)
     });
     for record in &records {
@@ -527,12 +641,22 @@ fn off_ecs_the_protected_metric_is_not_published_as_a_paid_zero() {
 fn settings_are_refused_or_said_where_they_cannot_work() {
     // The trap, refused by name.
     let out = lifeguard()
-        .args(["--inflight-port", "8080", "--scale-in-protection", "0", "--", "true"])
+        .args([
+            "--inflight-port",
+            "8080",
+            "--scale-in-protection",
+            "0",
+            "--",
+            "true",
+        ])
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("--scale-in-protection") && err.contains("never scale in"), "{err}");
+    assert!(
+        err.contains("--scale-in-protection") && err.contains("never scale in"),
+        "{err}"
+    );
     // No port to read a request's age from.
     let out = lifeguard()
         .env("LIFEGUARD_SCALE_IN_PROTECTION", "30s")
@@ -541,7 +665,10 @@ fn settings_are_refused_or_said_where_they_cannot_work() {
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
-    assert!(err.contains("--scale-in-protection needs --inflight-port"), "{err}");
+    assert!(
+        err.contains("--scale-in-protection needs --inflight-port"),
+        "{err}"
+    );
     // Off ECS the same settings run the app, and say why nothing is protected.
     let out = lifeguard()
         .env("LIFEGUARD_SCALE_IN_PROTECTION", "30s")
@@ -558,5 +685,10 @@ fn settings_are_refused_or_said_where_they_cannot_work() {
         .args(["--", "true"])
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -372,7 +372,10 @@ fn settings(
         (Some(after), false) => match lookup("ECS_AGENT_URI").filter(|v| !v.trim().is_empty()) {
             Some(uri) => match protection::agent::endpoint(&uri) {
                 Ok(endpoint) => (Some(protection::Config { after, endpoint }), None),
-                Err(reason) => (None, Some(format!("--scale-in-protection is off: {reason}"))),
+                Err(reason) => (
+                    None,
+                    Some(format!("--scale-in-protection is off: {reason}")),
+                ),
             },
             None => (
                 None,

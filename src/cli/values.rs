@@ -59,8 +59,7 @@ pub(super) fn parse_protect_after(text: &str) -> Result<ProtectAfter, String> {
     if text.trim().eq_ignore_ascii_case("off") {
         return Ok(ProtectAfter(None));
     }
-    let after = parse_duration(text)
-        .map_err(|e| format!("{e}, or off"))?;
+    let after = parse_duration(text).map_err(|e| format!("{e}, or off"))?;
     if after < LEAST_AFTER {
         return Err(format!(
             "'{text}' is shorter than 1s: a task would be protected for any request in \

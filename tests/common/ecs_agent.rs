@@ -44,7 +44,13 @@ pub enum Fault {
 fn failed(fault: Fault) -> (u16, String) {
     match fault {
         Fault::Throttled => (400, error("ThrottlingException", "Rate exceeded")),
-        Fault::Canceled => (504, error("RequestCanceled", "Timed out calling ECS Task Protection API")),
+        Fault::Canceled => (
+            504,
+            error(
+                "RequestCanceled",
+                "Timed out calling ECS Task Protection API",
+            ),
+        ),
         Fault::Hangs => (0, String::new()),
     }
 }
@@ -234,7 +240,9 @@ fn answer(mut stream: TcpStream, task: &Mutex<Task>, minute: Duration) {
                         ),
                     )
                 }
-                Answers::First(..) | Answers::Service => state(&mut task, &method, &body, minute, at),
+                Answers::First(..) | Answers::Service => {
+                    state(&mut task, &method, &body, minute, at)
+                }
             }
         };
         task.calls.push(Call {
@@ -261,7 +269,13 @@ fn answer(mut stream: TcpStream, task: &Mutex<Task>, minute: Duration) {
 
 /// GET and PUT as ECS answers them for a service's task; the PUT's body checked as the
 /// agent and ECS check it.
-fn state(task: &mut Task, method: &str, body: &str, minute: Duration, at: Instant) -> (u16, String) {
+fn state(
+    task: &mut Task,
+    method: &str,
+    body: &str,
+    minute: Duration,
+    at: Instant,
+) -> (u16, String) {
     if task.until.is_some_and(|until| until <= at) {
         task.until = None;
     }
@@ -271,24 +285,35 @@ fn state(task: &mut Task, method: &str, body: &str, minute: Duration, at: Instan
             Err(_) => {
                 return (
                     400,
-                    error("InvalidParameterException", "UpdateTaskProtection: failed to decode request"),
+                    error(
+                        "InvalidParameterException",
+                        "UpdateTaskProtection: failed to decode request",
+                    ),
                 )
             }
         };
         let Some(enabled) = doc.get("ProtectionEnabled").and_then(|v| v.as_bool()) else {
             return (
                 400,
-                error("InvalidParameterException", "Invalid request: does not contain 'ProtectionEnabled' field"),
+                error(
+                    "InvalidParameterException",
+                    "Invalid request: does not contain 'ProtectionEnabled' field",
+                ),
             );
         };
         if enabled {
-            let minutes = doc.get("ExpiresInMinutes").map_or(Some(120), |v| v.as_u64());
+            let minutes = doc
+                .get("ExpiresInMinutes")
+                .map_or(Some(120), |v| v.as_u64());
             match minutes {
                 Some(m) if (1..=2880).contains(&m) => task.until = Some(at + minute * m as u32),
                 _ => {
                     return (
                         400,
-                        error("InvalidParameterException", "ExpiresInMinutes must be between 1 and 2880"),
+                        error(
+                            "InvalidParameterException",
+                            "ExpiresInMinutes must be between 1 and 2880",
+                        ),
                     )
                 }
             }
@@ -296,10 +321,17 @@ fn state(task: &mut Task, method: &str, body: &str, minute: Duration, at: Instan
             task.until = None;
         }
     } else if method != "GET" {
-        return (405, error("InvalidParameterException", "method not allowed"));
+        return (
+            405,
+            error("InvalidParameterException", "method not allowed"),
+        );
     }
     let enabled = task.until.is_some();
-    let expiration = if enabled { r#""2026-12-06T12:00:00.000Z""# } else { "null" };
+    let expiration = if enabled {
+        r#""2026-12-06T12:00:00.000Z""#
+    } else {
+        "null"
+    };
     (
         200,
         format!(

@@ -581,7 +581,11 @@ pub fn free_port() -> u16 {
         .min(65_536);
     if ephemeral_from < LOW + 1_000 {
         // An unusual range: nothing below it to take from.
-        return TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        return TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
     }
     let span = ephemeral_from - LOW;
     let start = std::process::id().wrapping_mul(7_919);

@@ -306,7 +306,10 @@ mod tests {
         assert_eq!(on.take(at(t0, 20.0))[1].value, samples(&[(1.0, 5)]));
         // No sample knew (no reading of it): nothing sent.
         on.record(Reading::default(), at(t0, 21.0));
-        assert!(on.take(at(t0, 30.0)).iter().all(|d| d.name != "ScaleInProtected"));
+        assert!(on
+            .take(at(t0, 30.0))
+            .iter()
+            .all(|d| d.name != "ScaleInProtected"));
     }
 
     #[test]

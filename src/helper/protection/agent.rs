@@ -139,9 +139,10 @@ mod tests {
         assert!(
             matches!(parse(400, denied), Answer::Denied(m) if m.contains("ecs:UpdateTaskProtection"))
         );
-        let throttled =
-            r#"{"requestID":"x","error":{"Arn":"a","Code":"ThrottlingException","Message":"Rate exceeded"}}"#;
-        assert!(matches!(parse(400, throttled), Answer::Throttled(m) if m.contains("Rate exceeded")));
+        let throttled = r#"{"requestID":"x","error":{"Arn":"a","Code":"ThrottlingException","Message":"Rate exceeded"}}"#;
+        assert!(
+            matches!(parse(400, throttled), Answer::Throttled(m) if m.contains("Rate exceeded"))
+        );
         let canceled = r#"{"error":{"Arn":"a","Code":"RequestCanceled","Message":"Timed out calling ECS Task Protection API"}}"#;
         assert!(matches!(parse(504, canceled), Answer::Failed(m) if m.contains("Timed out")));
         // The agent's own refusal when the task has no role: AccessDenied, 403.
@@ -151,7 +152,9 @@ mod tests {
 
     #[test]
     fn answers_not_understood_fail_with_what_came() {
-        assert!(matches!(parse(502, "<html>bad gateway</html>"), Answer::Failed(m) if m.contains("502") && m.contains("bad gateway")));
+        assert!(
+            matches!(parse(502, "<html>bad gateway</html>"), Answer::Failed(m) if m.contains("502") && m.contains("bad gateway"))
+        );
         assert!(matches!(parse(429, ""), Answer::Throttled(_)));
         assert!(matches!(parse(403, "no"), Answer::Denied(_)));
         // A protection in an error status is no state.

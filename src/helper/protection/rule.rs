@@ -77,17 +77,27 @@ pub enum Answer {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Said {
     /// Protected: a request has been in flight this long.
-    Protected { oldest: f64 },
+    Protected {
+        oldest: f64,
+    },
     Renewed,
     /// Cleared: no request older than `AFTER` for this long (None: none seen since
     /// this helper started).
-    Cleared { quiet_for: Option<Duration> },
+    Cleared {
+        quiet_for: Option<Duration>,
+    },
     /// The start's read: the task is (or is not) protected already; `foreign`: by a
     /// protection the Board does not know of, which lifeguard leaves alone.
-    Found { enabled: bool, foreign: bool },
+    Found {
+        enabled: bool,
+        foreign: bool,
+    },
     NotAService,
     /// The first AccessDenied of a spell.
-    Denied { ask: Ask, message: String },
+    Denied {
+        ask: Ask,
+        message: String,
+    },
     /// A PUT worked after AccessDenied: the role's policy was fixed.
     Permitted,
     /// The first failure of a spell, and when the next try comes.
@@ -97,9 +107,14 @@ pub enum Said {
         retry_in: Duration,
     },
     /// A failure spell goes on: `failed` calls so far, the last one's reason.
-    StillFailing { failed: u32, reason: String },
+    StillFailing {
+        failed: u32,
+        reason: String,
+    },
     /// A call worked after `failed` failures.
-    Recovered { failed: u32 },
+    Recovered {
+        failed: u32,
+    },
     /// The protection lapsed without being cleared: its renewal failed, or the look
     /// went blind.
     Lapsed,
@@ -395,7 +410,9 @@ impl Rule {
         }
         self.failures += 1;
         let doubled = FIRST_RETRY.saturating_mul(1 << (self.failures - 1).min(10));
-        let pause = doubled.min(self.minute).mul_f64(1.0 + jitter.clamp(0.0, 1.0) / 2.0);
+        let pause = doubled
+            .min(self.minute)
+            .mul_f64(1.0 + jitter.clamp(0.0, 1.0) / 2.0);
         self.retry_at = Some(now + pause);
         let said = if self.failures == 1 {
             Said::Failing {
@@ -434,7 +451,13 @@ mod tests {
         let mut rule = Rule::new(AFTER, MINUTE, None, t0);
         assert_eq!(rule.due(t0), Some(Ask::Read));
         let said = rule.answered(Ask::Read, t0, Answer::State { enabled: false }, t0, 0.0);
-        assert_eq!(said, [Said::Found { enabled: false, foreign: false }]);
+        assert_eq!(
+            said,
+            [Said::Found {
+                enabled: false,
+                foreign: false
+            }]
+        );
         rule
     }
 
@@ -472,7 +495,13 @@ mod tests {
         let t0 = Instant::now();
         let mut rule = started(t0);
         // One request from t=10 to t=200: older than 30 s from t=40.
-        let age = |t: u64| Some(if (10..200).contains(&t) { (t - 10) as f64 } else { 0.0 });
+        let age = |t: u64| {
+            Some(if (10..200).contains(&t) {
+                (t - 10) as f64
+            } else {
+                0.0
+            })
+        };
         let (calls, said) = run(&mut rule, t0, (1, 400), age, agrees);
         assert_eq!(
             calls,
@@ -489,13 +518,21 @@ mod tests {
         );
         assert_eq!(said[0], Said::Protected { oldest: 30.0 });
         assert_eq!(said[1..4], [Said::Renewed, Said::Renewed, Said::Renewed]);
-        assert_eq!(said[4], Said::Cleared { quiet_for: Some(s(60.0)) });
+        assert_eq!(
+            said[4],
+            Said::Cleared {
+                quiet_for: Some(s(60.0))
+            }
+        );
         assert_eq!(said.len(), 5);
         assert_eq!(rule.protected_until(t0 + s(258.0)), None);
         // Protected in between, for the expiry of the last renewal at least.
         let mut again = started(t0);
         run(&mut again, t0, (1, 45), age, agrees);
-        assert_eq!(again.protected_until(t0 + s(45.0)), Some(t0 + s(40.0) + MINUTE * 2));
+        assert_eq!(
+            again.protected_until(t0 + s(45.0)),
+            Some(t0 + s(40.0) + MINUTE * 2)
+        );
     }
 
     #[test]
@@ -504,7 +541,13 @@ mod tests {
         // of "any request in flight" (every task protected, no scale-in ever).
         let t0 = Instant::now();
         let mut rule = started(t0);
-        let (calls, said) = run(&mut rule, t0, (1, 3600), |t| Some((t % 7) as f64 * 0.5), agrees);
+        let (calls, said) = run(
+            &mut rule,
+            t0,
+            (1, 3600),
+            |t| Some((t % 7) as f64 * 0.5),
+            agrees,
+        );
         assert_eq!(calls, []);
         assert_eq!(said, []);
     }
@@ -515,7 +558,10 @@ mod tests {
         let t0 = Instant::now();
         let mut rule = started(t0);
         let (calls, _) = run(&mut rule, t0, (1, 600), |t| Some((t % 90) as f64), agrees);
-        assert!(calls.iter().all(|(_, ask)| *ask == Ask::Protect), "{calls:?}");
+        assert!(
+            calls.iter().all(|(_, ask)| *ask == Ask::Protect),
+            "{calls:?}"
+        );
         // Set once, then renewed every minute: no flapping.
         assert_eq!(calls[0], (30, Ask::Protect));
         let gaps: Vec<u64> = calls.windows(2).map(|w| w[1].0 - w[0].0).collect();
@@ -543,7 +589,13 @@ mod tests {
         assert_eq!(long.protected_until(t0 + s(780.0)), None);
         // Seen again: renewed at the first fresh look.
         let mut back = started(t0);
-        let age = |t: u64| if (41..=95).contains(&t) { None } else { Some(t as f64) };
+        let age = |t: u64| {
+            if (41..=95).contains(&t) {
+                None
+            } else {
+                Some(t as f64)
+            }
+        };
         let (calls, _) = run(&mut back, t0, (1, 100), age, agrees);
         assert_eq!(calls, [(30, Ask::Protect), (96, Ask::Protect)]);
         // A blind start never sets it.
@@ -588,16 +640,22 @@ mod tests {
     fn access_denied_is_said_once_and_tried_again_every_five_minutes() {
         let t0 = Instant::now();
         let mut rule = started(t0);
-        let denied = |_: Ask| Answer::Denied("not authorized to perform: ecs:UpdateTaskProtection".into());
+        let denied =
+            |_: Ask| Answer::Denied("not authorized to perform: ecs:UpdateTaskProtection".into());
         let (calls, said) = run(&mut rule, t0, (1, 1000), |t| Some(t as f64), denied);
         let times: Vec<u64> = calls.iter().map(|(t, _)| *t).collect();
         assert_eq!(times, [30, 330, 630, 930]);
         assert_eq!(said.len(), 1, "{said:?}");
-        assert!(matches!(&said[0], Said::Denied { ask: Ask::Protect, message } if message.contains("UpdateTaskProtection")));
+        assert!(
+            matches!(&said[0], Said::Denied { ask: Ask::Protect, message } if message.contains("UpdateTaskProtection"))
+        );
         // Once the policy is fixed, it works and says so.
         let (calls, said) = run(&mut rule, t0, (1001, 1300), |t| Some(t as f64), agrees);
         assert_eq!(calls[0], (1230, Ask::Protect));
-        assert_eq!(said[..2], [Said::Permitted, Said::Protected { oldest: 1230.0 }]);
+        assert_eq!(
+            said[..2],
+            [Said::Permitted, Said::Protected { oldest: 1230.0 }]
+        );
     }
 
     #[test]
@@ -613,7 +671,10 @@ mod tests {
         assert_eq!(rule.due(t0 + s(330.0)), Some(Ask::Protect));
         let gone = Answer::Failed("connection refused".into());
         let said = rule.answered(Ask::Protect, t0 + s(330.0), gone, t0 + s(330.0), 0.0);
-        assert!(matches!(&said[..], [Said::Failing { retry_in, .. }] if *retry_in == s(2.0)), "{said:?}");
+        assert!(
+            matches!(&said[..], [Said::Failing { retry_in, .. }] if *retry_in == s(2.0)),
+            "{said:?}"
+        );
         // It answers again, still refusing: the agent's spell ends, the refusal is not
         // said twice, and nothing is said to be permitted.
         let denied = Answer::Denied("not authorized".into());
@@ -632,7 +693,9 @@ mod tests {
         let times: Vec<u64> = calls.iter().map(|(t, _)| *t).collect();
         assert_eq!(times, [30, 32, 36, 44, 60, 92]);
         assert_eq!(said.len(), 1, "{said:?}");
-        assert!(matches!(&said[0], Said::Failing { reason, .. } if reason.contains("ProtectionEnabled: false")));
+        assert!(
+            matches!(&said[0], Said::Failing { reason, .. } if reason.contains("ProtectionEnabled: false"))
+        );
         // Then agreeing: one line for the spell.
         let (_, said) = run(&mut rule, t0, (101, 200), |t| Some(t as f64), agrees);
         assert_eq!(said[0], Said::Recovered { failed: 6 });
@@ -664,14 +727,19 @@ mod tests {
         // 2, 4, 8, 16, 32, then 60 s apart (the loop looks each second).
         assert_eq!(times, [30, 32, 36, 44, 60, 92, 152, 212, 272]);
         assert_eq!(said.len(), 1);
-        assert!(matches!(&said[0], Said::Failing { ask: Ask::Protect, retry_in, .. } if *retry_in == s(2.0)));
+        assert!(
+            matches!(&said[0], Said::Failing { ask: Ask::Protect, retry_in, .. } if *retry_in == s(2.0))
+        );
         // Jitter stretches a pause by up to half.
         let mut jittered = started(t0);
         jittered.look(t0 + s(30.0), Some(30.0));
         let gone = Answer::Failed("the ECS agent: cannot connect: connection refused".into());
         jittered.answered(Ask::Protect, t0 + s(30.0), gone, t0 + s(30.0), 0.999);
         assert_eq!(jittered.due(t0 + s(32.9)), None);
-        assert_eq!(jittered.next_wake(t0 + s(31.0)), Some(t0 + s(30.0) + s(2.0).mul_f64(1.4995)));
+        assert_eq!(
+            jittered.next_wake(t0 + s(31.0)),
+            Some(t0 + s(30.0) + s(2.0).mul_f64(1.4995))
+        );
     }
 
     #[test]
@@ -704,7 +772,13 @@ mod tests {
         assert_eq!(calls, [(30, Ask::Protect)]);
         let gone = |_: Ask| Answer::Failed("the ECS agent did not answer within 5s".into());
         let (_, said) = run(&mut rule, t0, (41, 200), |t| Some(t as f64), gone);
-        assert!(matches!(said[0], Said::Failing { ask: Ask::Protect, .. }));
+        assert!(matches!(
+            said[0],
+            Said::Failing {
+                ask: Ask::Protect,
+                ..
+            }
+        ));
         assert_eq!(said.last(), Some(&Said::Lapsed));
         assert_eq!(rule.protected_until(t0 + s(150.0)), None);
     }
@@ -729,25 +803,54 @@ mod tests {
         let mut rule = Rule::new(AFTER, MINUTE, Some(t0 + s(100.0)), t0);
         assert!(rule.protected_until(t0).is_some());
         let said = rule.answered(Ask::Read, t0, Answer::State { enabled: true }, t0, 0.0);
-        assert_eq!(said, [Said::Found { enabled: true, foreign: false }]);
+        assert_eq!(
+            said,
+            [Said::Found {
+                enabled: true,
+                foreign: false
+            }]
+        );
         let (calls, said) = run(&mut rule, t0, (1, 120), |_| Some(0.0), agrees);
         assert_eq!(calls, [(40, Ask::Protect), (60, Ask::Clear)]);
-        assert_eq!(said, [Said::Renewed, Said::Cleared { quiet_for: Some(s(60.0)) }]);
+        assert_eq!(
+            said,
+            [
+                Said::Renewed,
+                Said::Cleared {
+                    quiet_for: Some(s(60.0))
+                }
+            ]
+        );
         // One still needed is renewed in time: a minute after its predecessor set it.
         let mut rule = Rule::new(AFTER, MINUTE, Some(t0 + s(100.0)), t0);
         rule.answered(Ask::Read, t0, Answer::State { enabled: true }, t0, 0.0);
         let (calls, said) = run(&mut rule, t0, (1, 50), |t| Some(40.0 + t as f64), agrees);
-        assert_eq!((calls, said), (vec![(40, Ask::Protect)], vec![Said::Renewed]));
+        assert_eq!(
+            (calls, said),
+            (vec![(40, Ask::Protect)], vec![Said::Renewed])
+        );
         // The read finds one the Board does not know of (the app's own, another
         // container's, an earlier run's): left alone, never cleared for nothing.
         let mut rule = Rule::new(AFTER, MINUTE, None, t0);
         let said = rule.answered(Ask::Read, t0, Answer::State { enabled: true }, t0, 0.0);
-        assert_eq!(said, [Said::Found { enabled: true, foreign: true }]);
+        assert_eq!(
+            said,
+            [Said::Found {
+                enabled: true,
+                foreign: true
+            }]
+        );
         assert_eq!(rule.protected_until(t0), None);
         let (calls, _) = run(&mut rule, t0, (1, 300), |_| Some(0.0), agrees);
         assert_eq!(calls, []);
         // A long request of its own sets one all the same (and clears it after).
-        let (calls, _) = run(&mut rule, t0, (301, 500), |t| Some((t - 300) as f64), agrees);
+        let (calls, _) = run(
+            &mut rule,
+            t0,
+            (301, 500),
+            |t| Some((t - 300) as f64),
+            agrees,
+        );
         assert_eq!(calls[0], (330, Ask::Protect));
     }
 
