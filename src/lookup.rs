@@ -36,3 +36,22 @@ pub fn within(host: &str, port: u16, limit: Duration) -> Option<io::Result<Vec<S
     let _ = lookup.join();
     Some(answer)
 }
+
+/// How long a host name given to `--listen` may take to resolve, at start.
+const LISTEN_LOOKUP_LIMIT: Duration = Duration::from_secs(2);
+
+/// Every address of `host`, looked up once at start on a thread of its own (std's
+/// resolver blocks, and a resolver that never answers must not hold the start for
+/// ever): the endpoint (or the readiness mirror) listens on each of them.
+pub fn for_listen(host: &str, port: u16) -> anyhow::Result<Vec<SocketAddr>> {
+    use anyhow::Context;
+    match within(host, port, LISTEN_LOOKUP_LIMIT) {
+        Some(Ok(addrs)) if !addrs.is_empty() => Ok(addrs),
+        Some(Ok(_)) => anyhow::bail!("cannot listen on {host}:{port}: the name has no address"),
+        Some(Err(err)) => Err(err).with_context(|| format!("cannot listen on {host}:{port}")),
+        None => anyhow::bail!(
+            "cannot listen on {host}:{port}: no answer to the name lookup within {}",
+            crate::seconds::human(LISTEN_LOOKUP_LIMIT)
+        ),
+    }
+}

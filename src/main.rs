@@ -1,6 +1,7 @@
 //! lifeguard's entry point: parse the command line, then either probe a running
-//! lifeguard (`--probe`) or become the app's supervisor (pid1/), which forks the
-//! helper process (helper/) beside it.
+//! lifeguard (`--probe`), serve as the readiness mirror beside the app's container
+//! (`--mirror-ready-port`, mirror/), or become the app's supervisor (pid1/), which forks
+//! the helper process (helper/) beside it.
 #![deny(unsafe_code)]
 
 mod board;
@@ -10,6 +11,7 @@ mod helper;
 mod kernel;
 mod logging;
 mod lookup;
+mod mirror;
 mod panics;
 mod pid1;
 mod probe;
@@ -42,6 +44,11 @@ fn main() -> ExitCode {
 fn run() -> anyhow::Result<ExitCode> {
     let settings = match cli::parse(std::env::args_os(), |name| std::env::var(name).ok()) {
         Parsed::Run(settings) => settings,
+        Parsed::Mirror(mirror) => {
+            logging::init(mirror.log_level, mirror.log_format);
+            warn_all(&mirror.warnings);
+            return mirror::run(*mirror);
+        }
         Parsed::Exit {
             message,
             code,
@@ -56,12 +63,10 @@ fn run() -> anyhow::Result<ExitCode> {
         }
     };
     logging::init(settings.log_level, settings.log_format);
-    for warning in &settings.warnings {
-        logging::warn(warning, &[]);
-    }
     if settings.probe.is_none() {
-        let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
-        for warning in cli::unknown_variables(names) {
+        warn_all(&settings.warnings);
+    } else {
+        for warning in &settings.warnings {
             logging::warn(warning, &[]);
         }
     }
@@ -94,6 +99,15 @@ fn run() -> anyhow::Result<ExitCode> {
         send_buffer: helper::endpoint::SEND_BUFFER,
     };
     pid1::supervise(*settings, sizes, helper).map(ExitCode::from)
+}
+
+/// The settings' warnings, and the `LIFEGUARD_*` variables nobody knows (a misspelling
+/// would otherwise be ignored without a word).
+fn warn_all(warnings: &[String]) {
+    let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
+    for warning in warnings.iter().cloned().chain(cli::unknown_variables(names)) {
+        logging::warn(warning, &[]);
+    }
 }
 
 /// How supervision sees the helper process: through this and the Board alone (pid1/

@@ -13,7 +13,6 @@ pub struct Signal(pub i32);
 pub const MAX: i32 = 64;
 
 pub const HUP: Signal = Signal(libc::SIGHUP);
-#[cfg(test)]
 pub const INT: Signal = Signal(libc::SIGINT);
 pub const KILL: Signal = Signal(libc::SIGKILL);
 pub const TERM: Signal = Signal(libc::SIGTERM);

@@ -20,7 +20,8 @@ use crate::signal_names::{self, Signal};
     max_term_width = 100,
     about = "PID 1 for containers: reaps zombies, forwards signals, drains before stopping, \
              and kills what outlives the grace deadline.",
-    override_usage = "lifeguard [OPTIONS] [--] COMMAND [ARG...]\n       lifeguard --probe [ready|live|URL]",
+    override_usage = "lifeguard [OPTIONS] [--] COMMAND [ARG...]\n       lifeguard --probe [ready|live|URL]\n       \
+                      lifeguard --mirror-ready-port [HOST:]PORT [--listen ADDR]",
     after_help = "Environment:\n  \
         LIFEGUARD_<NAME>           every option, e.g. LIFEGUARD_DRAIN_DELAY=2s; the flag wins\n  \
         METRICS_NAMESPACE          publish to CloudWatch under this namespace (off when empty)\n  \
@@ -123,6 +124,15 @@ pub(super) struct Cli {
           value_parser = parse_probe)]
     pub(super) probe: Option<ProbeTarget>,
 
+    /// Run as the readiness mirror, the PID 1 of a small container of its own in the app
+    /// container's network namespace, with no COMMAND: GET /readyz answers 200 exactly while
+    /// a socket listens on PORT there (the app container's --ready-port), read from the
+    /// kernel, never by connecting. For HTTP health checks (ALB) that must hold when the
+    /// app's container saturates its CPU. Its --listen defaults to [::]:9597
+    #[arg(long, env = "LIFEGUARD_MIRROR_READY_PORT", value_name = "[HOST:]PORT",
+          value_parser = parse_mirror_port, allow_negative_numbers = true)]
+    pub(super) mirror_ready_port: Option<MirrorPort>,
+
     /// How long --probe waits for the answer
     #[arg(long, env = "LIFEGUARD_PROBE_TIMEOUT", value_name = "DUR", default_value = "2s",
           value_parser = parse_positive_duration, allow_hyphen_values = true)]
@@ -178,7 +188,8 @@ pub(super) struct Cli {
     pub(super) log_format: logging::Format,
 
     /// The app to supervise, and its arguments
-    #[arg(value_name = "COMMAND", trailing_var_arg = true, required_unless_present = "probe",
+    #[arg(value_name = "COMMAND", trailing_var_arg = true,
+          required_unless_present_any = ["probe", "mirror_ready_port"],
           value_parser = clap::value_parser!(OsString))]
     pub(super) command: Vec<OsString>,
 }

@@ -34,6 +34,7 @@ mod values;
 
 use compat::log_level;
 use flags::Cli;
+pub use values::MirrorPort;
 
 /// The endpoint address: `explicit` when the user named it (flag or environment), which
 /// turns a failure to bind into an error instead of a warning; `None` is `off`.
@@ -81,6 +82,24 @@ impl std::fmt::Display for ListenAt {
 /// The endpoint's port when `--listen` is not given (on every address, both families).
 pub const DEFAULT_PORT: u16 = 9595;
 
+/// The readiness mirror's port when `--listen` is not given: not the endpoint's
+/// default (9595), which the app container's lifeguard holds in the same network
+/// namespace, nor 9596, which the examples give `--ready-port`.
+pub const MIRROR_DEFAULT_PORT: u16 = 9597;
+
+/// Everything the readiness mirror (`--mirror-ready-port`) needs to run, validated.
+#[derive(Debug)]
+pub struct Mirror {
+    pub watched: MirrorPort,
+    pub listen: ListenAt,
+    pub pdeathsig: Option<Signal>,
+    pub warn_on_reap: bool,
+    pub log_level: Level,
+    pub log_format: logging::Format,
+    /// Warnings for the log, once it is set up (settings that are ignored).
+    pub warnings: Vec<String>,
+}
+
 /// What `--probe` asks for.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ProbeTarget {
@@ -117,6 +136,7 @@ pub struct Settings {
 /// usage error) and the exit code that goes with it.
 pub enum Parsed {
     Run(Box<Settings>),
+    Mirror(Box<Mirror>),
     Exit {
         message: String,
         code: u8,
@@ -178,6 +198,16 @@ pub fn parse(
             };
         }
     };
+    if let (Some(watched), None) = (cli.mirror_ready_port, &cli.probe) {
+        return match mirror(cli, watched, &matches, &lookup) {
+            Ok(mirror) => Parsed::Mirror(Box::new(mirror)),
+            Err(message) => Parsed::Exit {
+                message: format!("error: {message}\n\nFor more information, try '--help'.\n"),
+                code: refusal_code,
+                to_stdout: false,
+            },
+        };
+    }
     let sources = CheckSources {
         http: matches.value_source("ready_http"),
         tcp: matches.value_source("ready_tcp"),
@@ -262,6 +292,118 @@ struct CheckSources {
     grace: Option<ValueSource>,
 }
 
+/// The options of the app's side: the mirror runs no app, so each one given is refused by
+/// name rather than ignored (a `--drain-delay` there would promise a drain it cannot do).
+const APP_SIDE: [&str; 15] = [
+    "drain_delay",
+    "drain_max",
+    "drain_quiet",
+    "grace",
+    "leftover_grace",
+    "ready_http",
+    "ready_tcp",
+    "ready_interval",
+    "ready_port",
+    "inflight_port",
+    "scale_in_protection",
+    "metrics_sink",
+    "single_child",
+    "rewrite",
+    "remap_exit",
+];
+
+/// The readiness mirror's settings: no COMMAND, none of the app's options, an endpoint
+/// that is on and is not the port it watches.
+fn mirror(
+    cli: Cli,
+    watched: MirrorPort,
+    matches: &clap::ArgMatches,
+    lookup: &impl Fn(&str) -> Option<String>,
+) -> Result<Mirror, String> {
+    if let Some(first) = cli.command.first() {
+        return Err(format!(
+            "--mirror-ready-port takes no COMMAND (got '{}'): the mirror runs in a container of \
+             its own beside the app's, where lifeguard runs the app with --ready-port {}",
+            first.to_string_lossy(),
+            watched.port
+        ));
+    }
+    let command = Cli::command();
+    let given: Vec<String> = APP_SIDE
+        .iter()
+        .filter_map(|id| {
+            let arg = command.get_arguments().find(|a| a.get_id() == *id)?;
+            match matches.value_source(id)? {
+                ValueSource::CommandLine => Some(match arg.get_long() {
+                    Some(long) => format!("--{long}"),
+                    None => format!("-{}", arg.get_short()?),
+                }),
+                // METRICS_SINK is the CloudWatch contract's, which may be set for a whole
+                // task: ignored below with the other METRICS_* variables.
+                ValueSource::EnvVariable if *id != "metrics_sink" => {
+                    arg.get_env().map(|e| e.to_string_lossy().into_owned())
+                }
+                _ => None,
+            }
+        })
+        .collect();
+    if !given.is_empty() {
+        return Err(format!(
+            "{} cannot apply to the readiness mirror (--mirror-ready-port): {} the app's, and \
+             the mirror runs no app; give {} to the lifeguard in the app's container",
+            given.join(", "),
+            if given.len() == 1 { "it is" } else { "they are" },
+            if given.len() == 1 { "it" } else { "them" },
+        ));
+    }
+    let listen = match cli.listen {
+        Some(Listen { at: None, .. }) => {
+            return Err(format!(
+                "--listen off leaves the readiness mirror nothing to do: /readyz is all it \
+                 serves; give it an address, or leave --listen out for [::]:{MIRROR_DEFAULT_PORT}"
+            ))
+        }
+        Some(Listen { at: Some(at), .. }) => at,
+        None => ListenAt::Any(MIRROR_DEFAULT_PORT),
+    };
+    if listen.port() == watched.port {
+        return Err(format!(
+            "--mirror-ready-port ({}) must differ from the mirror's own port (--listen {listen}): \
+             its own listener would be the socket it sees, and /readyz would always say ready",
+            watched.port
+        ));
+    }
+    let ignored: Vec<&str> = [
+        "METRICS_NAMESPACE",
+        "METRICS_SINK",
+        "METRICS_INTERVAL",
+        "METRICS_DIMENSIONS",
+        "METRICS_BURST_THRESHOLD",
+        "METRICS_EXTRA",
+    ]
+    .into_iter()
+    .filter(|name| lookup(name).is_some_and(|v| !v.trim().is_empty()))
+    .collect();
+    Ok(Mirror {
+        watched,
+        listen,
+        pdeathsig: cli.pdeathsig,
+        warn_on_reap: cli.warn_on_reap,
+        log_level: log_level(cli.verbose, cli.quiet, lookup)?,
+        log_format: cli.log_format,
+        warnings: (!ignored.is_empty())
+            .then(|| {
+                format!(
+                    "{} ignored: the readiness mirror publishes no metrics (the lifeguard in \
+                     the app's container does)",
+                    ignored.join(", ")
+                )
+            })
+            .into_iter()
+            .collect(),
+    })
+}
+
 fn settings(
     mut cli: Cli,
     sources: CheckSources,
@@ -340,8 +482,14 @@ fn settings(
         // nothing to a task before its app can take it.
         (None, None) => cli.inflight_port.map(AppCheckKind::Listening),
     };
+    // A probe in the mirror's container (`ENV LIFEGUARD_MIRROR_READY_PORT` in its image)
+    // asks the mirror, on the mirror's default port.
+    let default_port = match cli.mirror_ready_port {
+        Some(_) => MIRROR_DEFAULT_PORT,
+        None => DEFAULT_PORT,
+    };
     let listen = cli.listen.unwrap_or(Listen {
-        at: Some(ListenAt::Any(DEFAULT_PORT)),
+        at: Some(ListenAt::Any(default_port)),
         explicit: false,
     });
     if let (Some(ready), None) = (cli.ready_port, &probe) {
@@ -581,13 +729,67 @@ mod tests {
     fn ok(args: &[&str], env: &[(&str, &str)]) -> Settings {
         match parse_with(args, env) {
             Parsed::Run(s) => *s,
+            Parsed::Mirror(m) => panic!("{args:?} is a mirror: {m:?}"),
             Parsed::Exit { message, .. } => panic!("{args:?} refused: {message}"),
+        }
+    }
+
+    fn mirror_ok(args: &[&str], env: &[(&str, &str)]) -> Mirror {
+        match parse_with(args, env) {
+            Parsed::Mirror(m) => *m,
+            Parsed::Run(s) => panic!("{args:?} is no mirror: {s:?}"),
+            Parsed::Exit { message, .. } => panic!("{args:?} refused: {message}"),
+        }
+    }
+
+    #[test]
+    fn the_mirror_takes_its_port_and_a_listen_of_its_own() {
+        let m = mirror_ok(&["--mirror-ready-port", "9596"], &[]);
+        assert_eq!(m.watched, MirrorPort { host: None, port: 9596 });
+        assert_eq!(m.listen, ListenAt::Any(MIRROR_DEFAULT_PORT));
+        let m = mirror_ok(
+            &["--mirror-ready-port=[::1]:9596", "--listen", "127.0.0.1:8081", "-v"],
+            &[("METRICS_NAMESPACE", "web")],
+        );
+        assert_eq!(m.watched.host, Some("::1".parse().unwrap()));
+        assert_eq!(m.listen, ListenAt::Addr("127.0.0.1:8081".parse().unwrap()));
+        assert_eq!(m.log_level, Level::Info);
+        assert!(m.warnings[0].starts_with("METRICS_NAMESPACE ignored"), "{:?}", m.warnings);
+        // A probe in the mirror's image asks the mirror's port (the variable's case is
+        // tested on the binary: clap reads the twins from the process environment).
+        let probe = ok(&["--probe", "live", "--mirror-ready-port", "9596"], &[]);
+        assert_eq!(probe.listen.at, Some(ListenAt::Any(MIRROR_DEFAULT_PORT)));
+    }
+
+    #[test]
+    fn the_mirror_refuses_what_it_cannot_honour_by_name() {
+        let rows: &[(&[&str], &[(&str, &str)], &str)] = &[
+            (&["--mirror-ready-port", "0"], &[], "'0' is not a TCP port"),
+            (&["--mirror-ready-port", "70000"], &[], "expected the app container's ready port"),
+            (&["--mirror-ready-port", "web:9596"], &[], "'web' is not an IP address"),
+            (&["--mirror-ready-port", "9596", "--", "app"], &[], "takes no COMMAND (got 'app')"),
+            (
+                &["--mirror-ready-port", "9596", "--ready-port", "9000", "--drain-delay", "1s"],
+                &[],
+                "--drain-delay, --ready-port cannot apply to the readiness mirror",
+            ),
+            (&["--mirror-ready-port", "9596", "--listen", "off"], &[], "--listen off leaves"),
+            (
+                &["--mirror-ready-port", "9597"],
+                &[],
+                "--mirror-ready-port (9597) must differ from the mirror's own port",
+            ),
+        ];
+        for (args, env, want) in rows {
+            let message = usage_error(args, env);
+            assert!(message.contains(want), "{args:?}: {message}");
         }
     }
 
     fn usage_error(args: &[&str], env: &[(&str, &str)]) -> String {
         match parse_with(args, env) {
             Parsed::Run(s) => panic!("{args:?} accepted: {s:?}"),
+            Parsed::Mirror(m) => panic!("{args:?} accepted: {m:?}"),
             Parsed::Exit { message, code, .. } => {
                 assert_eq!(code, 2, "{message}");
                 message

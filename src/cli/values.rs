@@ -158,6 +158,37 @@ pub(super) fn parse_port(text: &str) -> Result<u16, String> {
     }
 }
 
+/// `--mirror-ready-port`: the port (and, optionally, the address) whose listener the
+/// mirror reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MirrorPort {
+    pub host: Option<std::net::IpAddr>,
+    pub port: u16,
+}
+
+pub(super) fn parse_mirror_port(text: &str) -> Result<MirrorPort, String> {
+    let accepted = "expected the app container's ready port, PORT (9596) or HOST:PORT \
+                    (127.0.0.1:9596, [::1]:9596), the port a whole number from 1 to 65535";
+    let trimmed = text.trim();
+    let (host, port) = match trimmed.rsplit_once(':') {
+        Some((host, port)) => {
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let ip = host
+                .parse()
+                .map_err(|_| format!("'{text}': '{host}' is not an IP address: {accepted}"))?;
+            (Some(ip), port)
+        }
+        None => (None, trimmed),
+    };
+    match port.parse::<u32>() {
+        Ok(port @ 1..=65535) => Ok(MirrorPort {
+            host,
+            port: port as u16,
+        }),
+        _ => Err(format!("'{text}' is not a TCP port: {accepted}")),
+    }
+}
+
 pub(super) fn parse_probe(text: &str) -> Result<ProbeTarget, String> {
     match text.trim() {
         "ready" | "" => Ok(ProbeTarget::Ready),

@@ -390,6 +390,14 @@ impl SignalInbox {
     }
 }
 
+/// For a loop that waits on more than the one bell `wait` takes (the readiness mirror's
+/// connections).
+impl AsFd for SignalInbox {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+}
+
 impl AsRawFd for SignalInbox {
     fn as_raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()

@@ -238,16 +238,13 @@ fn why_not_run(program: &str, err: &std::io::Error) -> String {
     err.to_string()
 }
 
-/// How long a host name given to `--listen` may take to resolve, at start.
-const LISTEN_LOOKUP_LIMIT: Duration = Duration::from_secs(2);
-
 /// The addresses of `--listen` (a host name's every address), looked up once; with
 /// the endpoint off, the default's (the ready port listens on the same host), with
 /// whether they are the dual-stack default that falls back to IPv4 (`any`).
 fn endpoint_addresses(listen: &cli::Listen) -> anyhow::Result<Hosts> {
     let (addrs, any) = match &listen.at {
         Some(cli::ListenAt::Addr(addr)) => (vec![*addr], false),
-        Some(cli::ListenAt::Name { host, port }) => (resolve(host, *port)?, false),
+        Some(cli::ListenAt::Name { host, port }) => (crate::lookup::for_listen(host, *port)?, false),
         Some(cli::ListenAt::Any(port)) => (vec![dual_stack(*port)], true),
         None => (vec![dual_stack(cli::DEFAULT_PORT)], true),
     };
@@ -368,22 +365,6 @@ fn bind_endpoint(
         }
     }
     Ok(Some((listeners, cap)))
-}
-
-/// Every address of `host`, looked up once at start on a thread of its own (std's
-/// resolver blocks, and a resolver that never answers must not hold the start for
-/// ever): the endpoint listens on each of them.
-fn resolve(host: &str, port: u16) -> anyhow::Result<Vec<std::net::SocketAddr>> {
-    let answer = crate::lookup::within(host, port, LISTEN_LOOKUP_LIMIT);
-    match answer {
-        Some(Ok(addrs)) if !addrs.is_empty() => Ok(addrs),
-        Some(Ok(_)) => anyhow::bail!("cannot listen on {host}:{port}: the name has no address"),
-        Some(Err(err)) => Err(err).with_context(|| format!("cannot listen on {host}:{port}")),
-        None => anyhow::bail!(
-            "cannot listen on {host}:{port}: no answer to the name lookup within {}",
-            crate::seconds::human(LISTEN_LOOKUP_LIMIT)
-        ),
-    }
 }
 
 #[cfg(test)]

@@ -122,17 +122,23 @@ impl InFlightReader {
     /// listener takes IPv4 clients as v4-mapped IPv6 sockets, so both are needed), in one
     /// legacy request or, on a kernel that refuses it, one request per family.
     pub(super) fn sample(&mut self) -> io::Result<InFlight> {
-        let result = loop {
-            match self.run(Dump::Port) {
+        self.run_down_the_ladder(Dump::Port)
+            .map(|()| count(&self.records))
+    }
+
+    /// One dump of `what`, stepping down the ladder while the kernel refuses the way
+    /// in use.
+    fn run_down_the_ladder(&mut self, what: Dump) -> io::Result<()> {
+        loop {
+            match self.run(what) {
                 // Refused before any dump began, so the socket is clean to ask again on.
                 Err(err) if is_refusal(&err) && self.ways.len() > 1 => {
                     self.ways = &self.ways[1..];
                     self.requests = Requests::new(self.ways[0], self.port);
                 }
-                other => break other,
+                other => return other,
             }
-        };
-        result.map(|()| count(&self.records))
+        }
     }
 
     /// The sockets of the last sample's dump.
@@ -143,7 +149,7 @@ impl InFlightReader {
     /// The port's listeners alone, in the way of asking in use; `records()` keeps the
     /// last full sample's sockets.
     pub(super) fn sample_listeners(&mut self) -> io::Result<&[SockRecord]> {
-        self.run(Dump::Listeners)?;
+        self.run_down_the_ladder(Dump::Listeners)?;
         Ok(&self.listeners)
     }
 

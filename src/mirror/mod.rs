@@ -1,0 +1,399 @@
+//! The readiness mirror (`lifeguard --mirror-ready-port PORT`): lifeguard as the PID 1 of
+//! a small container of its own, in the app container's network namespace, answering
+//! `GET /readyz` 200 exactly while a socket listens on PORT there (the app container's
+//! `--ready-port`). A task (ECS) or pod gives each container a cgroup of its own under
+//! the task's quota, and a sibling cgroup is one scheduling entity against the app's
+//! whole group: when the app's threads use up the quota, a server inside the app's
+//! cgroup gets about 1/N of it among N runnable threads and misses HTTP checks, while a
+//! server in a sibling cgroup still gets its turn within milliseconds — provided its
+//! answer costs microseconds. So this is one thread and one `poll(2)`, as PID 1's
+//! supervision loop is: no runtime, no helper process, an answer read from one
+//! kernel-filtered sock_diag dump (`look`) and written by hand (`http`).
+//!
+//! It never connects to PORT: a connection would be work for the app's cgroup and would
+//! sit in the ready port's accept queue. It reaps what is re-parented to it, exits 0 on
+//! SIGTERM (or SIGINT, SIGQUIT), and keeps the app endpoint's limits: a head of 16 KiB,
+//! 5 s to send it, 5 s idle, 1024 connections, the oldest idle one closed to make room.
+#![forbid(unsafe_code)]
+
+mod http;
+mod look;
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsFd;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+
+use crate::cli::{ListenAt, Mirror};
+use crate::kernel;
+use crate::logging;
+use crate::signal_names::{self, Signal};
+
+use http::{Head, Route};
+use look::Look;
+
+/// Time to send a request head, which is also how long a connection may sit idle, and
+/// how long an answer may wait for a client that does not read.
+const STALL_LIMIT: Duration = Duration::from_secs(5);
+/// Connections held at once, at most (the descriptor limit may lower it).
+const MAX_CONNECTIONS: usize = 1024;
+/// Descriptors asked for, and kept back from connections (the listeners, the signalfd,
+/// the netlink socket, stderr).
+const MAX_DESCRIPTORS: u64 = 2048;
+const RESERVED_DESCRIPTORS: u64 = 64;
+/// Answers a connection may have waiting unread before its requests are left unread
+/// too: a client that pipelines and never reads costs this much, not more.
+const MAX_WAITING_OUTPUT: usize = 16 * 1024;
+/// Connections taken off one listener's queue in one turn.
+const ACCEPTS_PER_TURN: usize = 64;
+/// Socket buffers asked of the kernel for the connections: room for the largest head,
+/// and for many small answers.
+const SEND_BUFFER: usize = 16 * 1024;
+
+pub fn run(settings: Mirror) -> anyhow::Result<ExitCode> {
+    // First, before any thread exists (the name lookup of --listen starts one).
+    let mut inbox = kernel::SignalInbox::block_all().context("blocking signals")?;
+    kernel::hear_children();
+    logging::start_writer();
+    if let Some(signal) = settings.pdeathsig {
+        kernel::set_parent_death_signal(signal).context("setting the parent-death signal")?;
+    }
+    if !kernel::is_pid1() {
+        if let Err(err) = kernel::become_subreaper() {
+            logging::warn(format!("cannot become a child subreaper: {err}"), &[]);
+        }
+    }
+    let listeners = bind(&settings.listen)?;
+    let limit = kernel::raise_descriptor_limit(MAX_DESCRIPTORS);
+    let cap = (limit.saturating_sub(RESERVED_DESCRIPTORS) as usize).clamp(1, MAX_CONNECTIONS);
+    let port = settings.watched.port;
+    let mut look = Look::new(settings.watched, Instant::now());
+    for listener in &listeners {
+        let addr = listener.local_addr().map_or("?".into(), |a| a.to_string());
+        logging::info(
+            "readiness mirror: /readyz answers 200 while the app's ready port listens in this \
+             network namespace",
+            &[("addr", &addr), ("port", &port)],
+        );
+    }
+    // The first look at once: a sandbox that refuses sock_diag is said at the start.
+    let _ = look.take(Instant::now());
+    let mut table = Table {
+        conns: Vec::new(),
+        cap,
+    };
+    let mut signals = Vec::new();
+    loop {
+        logging::pump();
+        let now = Instant::now();
+        let wake = [table.next_deadline(), look.next_watch()]
+            .into_iter()
+            .flatten()
+            .min();
+        let mut timeout = wake.map(|at| at.saturating_duration_since(now));
+        if logging::pending() {
+            timeout = Some(timeout.map_or(PENDING_LOG, |t| t.min(PENDING_LOG)));
+        }
+        let (signalled, listening, ready) = table.wait(&inbox, &listeners, timeout)?;
+        let now = Instant::now();
+        if signalled {
+            inbox.take_all(&mut signals).context("reading signals")?;
+            for received in signals.drain(..) {
+                if let Some(code) = on_signal(received.signal, settings.warn_on_reap) {
+                    return Ok(code);
+                }
+            }
+        }
+        // The connections the wait saw first: accepting may close one to make room.
+        table.serve(&ready, &mut look, now);
+        for (listener, ready) in listeners.iter().zip(listening) {
+            if ready {
+                table.accept(listener, &mut look, now);
+            }
+        }
+        look.watch(now);
+    }
+}
+
+/// How soon the loop wakes to write log lines stderr did not take at once.
+const PENDING_LOG: Duration = Duration::from_millis(10);
+
+/// A signal's effect: the exit code for a stop; children reaped for SIGCHLD; the rest
+/// are nobody's (the mirror runs no app), said at debug.
+fn on_signal(signal: Signal, warn_on_reap: bool) -> Option<ExitCode> {
+    match signal {
+        signal_names::CHLD => {
+            while let kernel::Reaped::Child { pid, .. } = kernel::reap_one() {
+                if warn_on_reap {
+                    logging::warn("reaped a zombie", &[("pid", &pid)]);
+                } else {
+                    logging::debug("reaped a zombie", &[("pid", &pid)]);
+                }
+            }
+            None
+        }
+        signal_names::TERM | signal_names::INT | QUIT => {
+            logging::info(
+                "the readiness mirror stops",
+                &[("signal", &signal.name()), ("exit_code", &0)],
+            );
+            Some(ExitCode::SUCCESS)
+        }
+        other => {
+            logging::debug("signal ignored", &[("signal", &other.name())]);
+            None
+        }
+    }
+}
+
+const QUIT: Signal = Signal(libc::SIGQUIT);
+
+/// The mirror's listeners: `[::]` dual-stack by default (`0.0.0.0` where the kernel has
+/// no IPv6), an address, or every address of a name. The port is all the mirror is for,
+/// so any failure to listen ends it (125) naming the address.
+fn bind(listen: &ListenAt) -> anyhow::Result<Vec<TcpListener>> {
+    let addrs = match listen {
+        ListenAt::Any(port) => vec![SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, *port))],
+        ListenAt::Addr(addr) => vec![*addr],
+        ListenAt::Name { host, port } => crate::lookup::for_listen(host, *port)?,
+    };
+    let mut listeners = Vec::new();
+    for addr in addrs {
+        let (fd, addr) = match kernel::bound_socket(addr, true) {
+            Err(err) if matches!(listen, ListenAt::Any(_)) && kernel::no_ipv6(&err) => {
+                let v4 = SocketAddr::from((std::net::Ipv4Addr::UNSPECIFIED, addr.port()));
+                logging::info("no IPv6 in this kernel: listening on IPv4 alone", &[]);
+                (kernel::bound_socket(v4, true), v4)
+            }
+            bound => (bound, addr),
+        };
+        let listener = TcpListener::from(fd.with_context(|| format!("cannot listen on {addr}"))?);
+        kernel::tune_listener(&listener, http::MAX_HEAD, SEND_BUFFER)
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        listener
+            .set_nonblocking(true)
+            .with_context(|| format!("cannot listen on {addr}"))?;
+        listeners.push(listener);
+    }
+    Ok(listeners)
+}
+
+/// One client connection.
+struct Conn {
+    stream: TcpStream,
+    /// Bytes of requests not yet answered.
+    input: Vec<u8>,
+    /// Answers not yet written.
+    output: Vec<u8>,
+    /// When the connection began to wait for its next step: the accept, the last
+    /// answer, the last progress writing one. `STALL_LIMIT` after it, it is closed.
+    since: Instant,
+    /// Ends once its answers are written (asked for, or the client is done sending).
+    closing: bool,
+}
+
+impl Conn {
+    fn idle(&self) -> bool {
+        self.input.is_empty() && self.output.is_empty() && !self.closing
+    }
+
+    fn events(&self) -> PollFlags {
+        let mut events = PollFlags::empty();
+        if !self.closing && self.output.len() < MAX_WAITING_OUTPUT {
+            events |= PollFlags::POLLIN;
+        }
+        if !self.output.is_empty() {
+            events |= PollFlags::POLLOUT;
+        }
+        events
+    }
+
+    /// Reads what has arrived, answers every whole head, writes what it can. Returns
+    /// whether the connection goes on.
+    fn turn(&mut self, look: &mut Look, now: Instant) -> bool {
+        let mut buf = [0u8; 4096];
+        while !self.closing
+            && self.output.len() < MAX_WAITING_OUTPUT
+            && self.input.len() <= http::MAX_HEAD
+        {
+            match self.stream.read(&mut buf) {
+                Ok(0) => {
+                    // The client is done sending: answer what it sent, then end.
+                    self.closing = true;
+                    self.answer_heads(look, now);
+                }
+                Ok(n) => {
+                    self.input.extend_from_slice(&buf[..n]);
+                    self.answer_heads(look, now);
+                }
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => break,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        self.answer_heads(look, now);
+        while !self.output.is_empty() {
+            match self.stream.write(&self.output) {
+                Ok(0) => return false,
+                Ok(n) => {
+                    self.output.drain(..n);
+                    self.since = now;
+                }
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => break,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                Err(_) => return false,
+            }
+        }
+        !(self.closing && self.output.is_empty())
+    }
+
+    /// Every whole request head in the input, answered in order.
+    fn answer_heads(&mut self, look: &mut Look, now: Instant) {
+        while !self.input.is_empty() && self.output.len() < MAX_WAITING_OUTPUT {
+            let (status, body, head_only, close, len) = match http::read_head(&self.input) {
+                Head::Partial => return,
+                Head::Request {
+                    route,
+                    head_only,
+                    close,
+                    len,
+                } => {
+                    let (status, body) = match route {
+                        Route::Ready => look.readiness(now),
+                        Route::Live => (200, "alive".into()),
+                        Route::NotFound => (404, "not found".into()),
+                        Route::NotAllowed => (405, "method not allowed".into()),
+                    };
+                    (status, body, head_only, close, len)
+                }
+                Head::TooLarge => (431, "request head too large".into(), false, true, 0),
+                Head::Bad => (400, "bad request".into(), false, true, 0),
+            };
+            http::answer(&mut self.output, status, &body, head_only, close);
+            self.since = now;
+            if close {
+                self.closing = true;
+                self.input.clear();
+                return;
+            }
+            self.input.drain(..len);
+        }
+    }
+}
+
+/// The open connections.
+struct Table {
+    conns: Vec<Conn>,
+    cap: usize,
+}
+
+impl Table {
+    fn next_deadline(&self) -> Option<Instant> {
+        self.conns.iter().map(|c| c.since + STALL_LIMIT).min()
+    }
+
+    /// The loop's one wait: the signalfd, the listeners, the connections. Returns
+    /// whether signals wait, which listeners have connections queued, and each
+    /// connection's readiness.
+    fn wait(
+        &self,
+        inbox: &kernel::SignalInbox,
+        listeners: &[TcpListener],
+        timeout: Option<Duration>,
+    ) -> anyhow::Result<(bool, Vec<bool>, Vec<PollFlags>)> {
+        let timeout = match timeout {
+            None => PollTimeout::NONE,
+            // Rounded up to the millisecond: a deadline is never woken for early.
+            Some(t) => PollTimeout::try_from(t.as_nanos().div_ceil(1_000_000).min(60_000) as u64)
+                .unwrap_or(PollTimeout::MAX),
+        };
+        let mut fds = Vec::with_capacity(1 + listeners.len() + self.conns.len());
+        fds.push(PollFd::new(inbox.as_fd(), PollFlags::POLLIN));
+        fds.extend(listeners.iter().map(|l| PollFd::new(l.as_fd(), PollFlags::POLLIN)));
+        fds.extend(
+            self.conns
+                .iter()
+                .map(|c| PollFd::new(c.stream.as_fd(), c.events())),
+        );
+        match poll(&mut fds, timeout) {
+            Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+            Err(err) => return Err(err).context("waiting in poll"),
+        }
+        let mut revents = fds.iter().map(|f| f.revents().unwrap_or(PollFlags::empty()));
+        let signalled = revents.next().is_some_and(|r| !r.is_empty());
+        let listening = revents.by_ref().take(listeners.len()).map(|r| !r.is_empty()).collect();
+        Ok((signalled, listening, revents.collect()))
+    }
+
+    /// Takes the listener's queued connections, making room at the cap by closing the
+    /// connection idle longest (else the oldest): a new check is worth more than a
+    /// client that holds a connection and says nothing. Each has its first turn at once:
+    /// a check's request has usually arrived with it, and is answered without another
+    /// wait.
+    fn accept(&mut self, listener: &TcpListener, look: &mut Look, now: Instant) {
+        for _ in 0..ACCEPTS_PER_TURN {
+            match listener.accept() {
+                Ok((stream, _)) => {
+                    if self.conns.len() >= self.cap {
+                        self.evict();
+                    }
+                    if stream.set_nonblocking(true).is_err() {
+                        continue;
+                    }
+                    let mut conn = Conn {
+                        stream,
+                        input: Vec::new(),
+                        output: Vec::new(),
+                        since: now,
+                        closing: false,
+                    };
+                    if conn.turn(look, now) {
+                        self.conns.push(conn);
+                    }
+                }
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => return,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+                // Out of descriptors (EMFILE, ENFILE): a connection makes room, as at
+                // the cap, or the queued one would wake every turn.
+                Err(err) => {
+                    logging::debug(format!("accept: {err}"), &[]);
+                    if self.conns.is_empty() {
+                        return;
+                    }
+                    self.evict();
+                }
+            }
+        }
+    }
+
+    fn evict(&mut self) {
+        let oldest = |idle: bool| {
+            (self.conns.iter().enumerate())
+                .filter(|(_, c)| !idle || c.idle())
+                .min_by_key(|(_, c)| c.since)
+                .map(|(i, _)| i)
+        };
+        if let Some(i) = oldest(true).or_else(|| oldest(false)) {
+            self.conns.swap_remove(i);
+        }
+    }
+
+    /// Each connection's turn where the wait said it has one, then the end of those
+    /// done or past their time.
+    fn serve(&mut self, ready: &[PollFlags], look: &mut Look, now: Instant) {
+        let mut i = 0;
+        let mut keep = Vec::with_capacity(self.conns.len());
+        for conn in self.conns.iter_mut() {
+            let woke = ready.get(i).is_some_and(|r| !r.is_empty());
+            i += 1;
+            let goes_on = (!woke || conn.turn(look, now)) && now < conn.since + STALL_LIMIT;
+            keep.push(goes_on);
+        }
+        let mut flags = keep.into_iter();
+        self.conns.retain(|_| flags.next().unwrap_or(false));
+    }
+}
