@@ -1,0 +1,512 @@
+//! The readiness mirror (`lifeguard --mirror-ready-port PORT`): a lifeguard of its own
+//! beside the app's, in the same network namespace, whose `/readyz` follows the app's
+//! ready port as the kernel's socket table shows it — 503 before the app is ready, 200
+//! once it is, 503 from the SIGTERM and after the app's exit — without ever connecting
+//! to the port; on IPv6 alone; reaping what is re-parented to it; refusing what it
+//! cannot honour; and, at the peak (300 spinning threads in a 0.25-CPU task), answering
+//! every check from a sibling cgroup while the helper inside the app's cgroup cannot.
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::netns::in_own_netns;
+use common::*;
+
+/// The mirror as PID 1 of a PID namespace of its own, watching `watched`, listening on
+/// 127.0.0.1:`port`.
+fn start_mirror(watched: &str, port: u16, extra: &[&str]) -> Run {
+    let listen = listen_flag(port);
+    let mut all = vec!["--mirror-ready-port", watched, "--listen", &listen];
+    all.extend_from_slice(extra);
+    start(Mode::Pid1, &all)
+}
+
+/// GET /readyz on the mirror: the status, or 0 when no answer came.
+fn readyz(port: u16) -> u16 {
+    request(port, "GET", "/readyz").map_or(0, |(status, _)| status)
+}
+
+/// How long until the mirror's /readyz answers `status`, asked every 5 ms.
+fn time_until(port: u16, status: u16, what: &str) -> Duration {
+    let start = Instant::now();
+    wait_until(what, || (readyz(port) == status).then_some(()));
+    start.elapsed()
+}
+
+/// One look of the mirror, and room for a loaded machine's scheduling.
+const WITHIN_ONE_LOOK: Duration = Duration::from_millis(600);
+
+#[test]
+fn it_follows_the_app_containers_ready_port_from_start_to_exit() {
+    let (mirror_port, ready, check) = (free_port(), free_port(), free_port());
+    let mut mirror = start_mirror(&ready.to_string(), mirror_port, &["-v"]);
+    wait_for_answer(
+        mirror_port,
+        "/readyz",
+        503,
+        &format!("not ready: nothing listens on port {ready}"),
+    );
+    assert_eq!(get(mirror_port, "/livez"), (200, "alive".into()));
+    // The app's lifeguard, ready once its app check passes.
+    let ready_text = ready.to_string();
+    let check_addr = format!("127.0.0.1:{check}");
+    let mut app = start(
+        Mode::Pid1,
+        &args(
+            &[
+                "-v",
+                "--ready-port",
+                &ready_text,
+                "--ready-tcp",
+                &check_addr,
+                "--ready-interval",
+                "100ms",
+                "--drain-delay",
+                "3s",
+                "--grace",
+                "10s",
+            ],
+            &[],
+        ),
+    );
+    app.ready();
+    app.expect_log("ready port bound");
+    for _ in 0..5 {
+        assert_eq!(readyz(mirror_port), 503, "ready before the app is");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The app turns ready: the ready port listens, and the mirror follows within a look.
+    let target = TcpListener::bind(("127.0.0.1", check)).unwrap();
+    wait_until("the ready port to listen", || {
+        TcpStream::connect(("127.0.0.1", ready)).ok()
+    });
+    let took = time_until(mirror_port, 200, "the mirror to answer 200");
+    assert!(took < WITHIN_ONE_LOOK, "200 only {took:?} after the ready port listened");
+    mirror.expect_log("the app's ready port listens: /readyz answers 200");
+    // SIGTERM to the app's lifeguard: its ready port closes at once, the mirror follows
+    // while the app still runs (its drain is 3 s).
+    app.signal(libc::SIGTERM);
+    let took = time_until(mirror_port, 503, "the mirror to answer 503 after the SIGTERM");
+    assert!(took < WITHIN_ONE_LOOK, "503 only {took:?} after the SIGTERM");
+    assert!(alive(app.app_pid()), "the app runs on through the drain");
+    app.expect_exit(0);
+    assert_eq!(readyz(mirror_port), 503);
+    drop(target);
+    mirror.signal(libc::SIGTERM);
+    mirror.expect_exit(0);
+    mirror.expect_log("the readiness mirror stops");
+}
+
+#[test]
+fn it_turns_not_ready_within_a_look_of_the_apps_exit() {
+    let (mirror_port, ready) = (free_port(), free_port());
+    let mut mirror = start_mirror(&ready.to_string(), mirror_port, &[]);
+    let ready_text = ready.to_string();
+    // No app check: ready once spawned; the app exits on SIGUSR1.
+    let mut app = start(
+        Mode::Pid1,
+        &args(&["--ready-port", &ready_text], &["--exit-on", "USR1"]),
+    );
+    app.ready();
+    time_until(mirror_port, 200, "the mirror to answer 200");
+    send(app.app_pid(), libc::SIGUSR1);
+    let took = time_until(mirror_port, 503, "the mirror to answer 503 after the app's exit");
+    assert!(took < WITHIN_ONE_LOOK + Duration::from_millis(400), "{took:?}");
+    app.expect_exit(0);
+    mirror.signal(libc::SIGTERM);
+    mirror.expect_exit(0);
+}
+
+#[test]
+fn no_check_ever_connects_to_the_watched_port() {
+    // The port's listener is the test's own: whatever connected would wait in its
+    // accept queue, which nobody empties.
+    let watched = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = watched.local_addr().unwrap().port();
+    let mirror_port = free_port();
+    let mut mirror = start_mirror(&port.to_string(), mirror_port, &[]);
+    time_until(mirror_port, 200, "the mirror to answer 200");
+    for _ in 0..200 {
+        assert_eq!(readyz(mirror_port), 200);
+    }
+    watched.set_nonblocking(true).unwrap();
+    match watched.accept() {
+        Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("a connection reached the watched port: {other:?}"),
+    }
+    mirror.signal(libc::SIGTERM);
+    mirror.expect_exit(0);
+}
+
+#[test]
+fn a_host_narrows_the_listeners_that_count() {
+    let watched = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = watched.local_addr().unwrap().port();
+    let (on_it, elsewhere) = (free_port(), free_port());
+    let mut a = start_mirror(&format!("127.0.0.1:{port}"), on_it, &[]);
+    let mut b = start_mirror(&format!("127.0.0.2:{port}"), elsewhere, &[]);
+    time_until(on_it, 200, "the mirror on 127.0.0.1 to answer 200");
+    time_until(elsewhere, 503, "the mirror on 127.0.0.2 to answer");
+    for _ in 0..20 {
+        assert_eq!(readyz(elsewhere), 503, "a listener on 127.0.0.1 is not 127.0.0.2's");
+    }
+    for run in [&mut a, &mut b] {
+        run.signal(libc::SIGTERM);
+        run.expect_exit(0);
+    }
+}
+
+#[test]
+fn in_an_ipv6_only_namespace_it_listens_and_sees_on_ipv6() {
+    in_own_netns(|| {
+        let done = std::process::Command::new("ip")
+            .args(["addr", "del", "127.0.0.1/8", "dev", "lo"])
+            .status()
+            .expect("THIS TEST CANNOT RUN: no `ip` (iproute2)");
+        assert!(done.success(), "THIS TEST CANNOT RUN: ip addr del failed");
+        let watched = TcpListener::bind("[::1]:0").unwrap();
+        let port = watched.local_addr().unwrap().port();
+        // The default --listen, [::]:9597 (this namespace is the test's alone).
+        let mut mirror = start_with(
+            Mode::Pid1,
+            &["--mirror-ready-port", &port.to_string()],
+            |c| {
+                c.env_remove("LIFEGUARD_LISTEN");
+            },
+        );
+        let at = SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, 9597));
+        wait_until("the mirror to answer 200 on [::1]:9597", || {
+            (request_at(at, "GET", "/readyz").ok()? == (200, "ready".into())).then_some(())
+        });
+        drop(watched);
+        wait_until("the mirror to answer 503 on [::1]:9597", || {
+            (request_at(at, "GET", "/readyz").ok()?.0 == 503).then_some(())
+        });
+        mirror.signal(libc::SIGTERM);
+        mirror.expect_exit(0);
+    });
+}
+
+#[test]
+fn it_reaps_what_is_re_parented_to_it_as_any_pid_1() {
+    let mirror_port = free_port();
+    let mut mirror = start_mirror("9", mirror_port, &["-w"]);
+    time_until(mirror_port, 503, "the mirror to answer");
+    // As `docker exec` does: a shell enters the mirror's PID namespace, starts a child
+    // and leaves; the child, orphaned, is re-parented to the mirror (the namespace's
+    // init), and its exit is the mirror's to reap.
+    let done = std::process::Command::new("nsenter")
+        .args(["--target", &mirror.pid.to_string(), "--pid", "--"])
+        .args(["sh", "-c", "sleep 0.2 & exit 0"])
+        .status()
+        .expect("THIS TEST CANNOT RUN: no nsenter (util-linux)");
+    assert!(done.success());
+    mirror.expect_log("reaped a zombie");
+    wait_until("no zombie under the mirror", || {
+        children(mirror.pid)
+            .into_iter()
+            .all(|pid| state(pid) != Some('Z'))
+            .then_some(())
+    });
+    mirror.signal(libc::SIGTERM);
+    mirror.expect_exit(0);
+}
+
+/// lifeguard's exit code and stderr for `args` with `env`, run to its end.
+fn refused(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let mut cmd = lifeguard();
+    cmd.args(args).envs(env.iter().copied());
+    let out = cmd.output().expect("run lifeguard");
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn usage_errors_name_the_flag_or_variable_and_what_it_takes() {
+    let rows: &[(&[&str], &[(&str, &str)], &str)] = &[
+        (&["--mirror-ready-port", "65536"], &[], "is not a TCP port"),
+        (&["--mirror-ready-port", "9596", "--", "app"], &[], "takes no COMMAND"),
+        (
+            &["--mirror-ready-port", "9596", "--inflight-port", "8080"],
+            &[],
+            "--inflight-port cannot apply to the readiness mirror",
+        ),
+        (
+            &["--mirror-ready-port", "9596"],
+            &[("LIFEGUARD_DRAIN_DELAY", "2s")],
+            "LIFEGUARD_DRAIN_DELAY cannot apply to the readiness mirror",
+        ),
+        (
+            &[],
+            &[("LIFEGUARD_MIRROR_READY_PORT", "x")],
+            "(the value comes from the environment variable LIFEGUARD_MIRROR_READY_PORT)",
+        ),
+        (
+            &["--mirror-ready-port", "9596", "--listen", "off"],
+            &[],
+            "--listen off leaves the readiness mirror nothing to do",
+        ),
+    ];
+    for (args, env, want) in rows {
+        let (code, stderr) = refused(args, env);
+        assert_eq!(code, 2, "{args:?} {env:?}: {stderr}");
+        assert!(stderr.contains(want), "{args:?} {env:?}: {stderr}");
+    }
+    // A port someone else holds: 125, naming the address.
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let (code, stderr) = refused(&["--mirror-ready-port", "9596", "--listen", &addr], &[]);
+    assert_eq!(code, 125, "{stderr}");
+    assert!(stderr.contains(&format!("cannot listen on {addr}")), "{stderr}");
+}
+
+#[test]
+fn the_variable_alone_runs_the_mirror() {
+    let mirror_port = free_port();
+    let listen = listen_flag(mirror_port);
+    let mut mirror = start_with(Mode::Subreaper, &["--listen", &listen], |c| {
+        c.env("LIFEGUARD_MIRROR_READY_PORT", "9");
+    });
+    wait_for_answer(mirror_port, "/readyz", 503, "not ready: nothing listens on port 9");
+    mirror.signal(libc::SIGTERM);
+    mirror.expect_exit(0);
+}
+
+#[test]
+fn a_port_never_seen_is_said_once_with_its_likely_cause() {
+    let mirror_port = free_port();
+    let watched = free_port();
+    let mut mirror = start_mirror(&watched.to_string(), mirror_port, &[]);
+    let started = Instant::now();
+    let line = wait_until_patient(Duration::from_secs(90), || {
+        mirror
+            .stderr()
+            .into_iter()
+            .find(|l| l.contains("nothing has listened on port"))
+    });
+    assert!(started.elapsed() >= Duration::from_secs(59), "said too soon");
+    assert!(
+        line.contains("ECS bridge mode") && line.contains(&format!("--ready-port {watched}")),
+        "{line}"
+    );
+    mirror.signal(libc::SIGTERM);
+    mirror.expect_exit(0);
+    let said = mirror.stderr();
+    let times = said.iter().filter(|l| l.contains("nothing has listened")).count();
+    assert_eq!(times, 1, "{said:?}");
+}
+
+fn wait_until_patient<T>(limit: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
+    let until = Instant::now() + limit;
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        assert!(Instant::now() < until, "not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// At the peak.
+
+/// A task's CPU as ECS and Kubernetes lay it out: a parent cgroup with the task's quota
+/// (0.25 CPU), and a cgroup of its own for each container under it. cgroup v1's `cpu`
+/// controller (this project's machines), or v2's `cpu.max` and `cpu.weight`.
+struct Task {
+    parent: PathBuf,
+    children: Vec<PathBuf>,
+    v2: bool,
+}
+
+impl Task {
+    fn new(name: &str) -> Task {
+        let v1 = Path::new("/sys/fs/cgroup/cpu");
+        let (root, v2) = if v1.join("cpu.cfs_quota_us").exists() {
+            (v1.to_path_buf(), false)
+        } else {
+            (PathBuf::from("/sys/fs/cgroup"), true)
+        };
+        let parent = root.join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&parent)
+            .unwrap_or_else(|e| panic!("THIS TEST CANNOT RUN: cgroup {parent:?}: {e}"));
+        let write = |file: &str, value: &str| {
+            std::fs::write(parent.join(file), value)
+                .unwrap_or_else(|e| panic!("THIS TEST CANNOT RUN: {file}: {e}"))
+        };
+        if v2 {
+            let _ = std::fs::write(root.join("cgroup.subtree_control"), "+cpu");
+            write("cpu.max", "25000 100000");
+            write("cgroup.subtree_control", "+cpu");
+        } else {
+            write("cpu.cfs_period_us", "100000");
+            write("cpu.cfs_quota_us", "25000");
+        }
+        Task {
+            parent,
+            children: Vec::new(),
+            v2,
+        }
+    }
+
+    /// A container's cgroup, with the CPU share ECS gives a container of `cpu` units
+    /// (cpu.shares; v2 converts it to a weight as runc does).
+    fn container(&mut self, name: &str, shares: u64) -> PathBuf {
+        let dir = self.parent.join(name);
+        std::fs::create_dir_all(&dir).unwrap();
+        let (file, value) = if self.v2 {
+            ("cpu.weight", 1 + ((shares.max(2) - 2) * 9999) / 262142)
+        } else {
+            ("cpu.shares", shares)
+        };
+        std::fs::write(dir.join(file), value.to_string()).unwrap();
+        self.children.push(dir.clone());
+        dir
+    }
+
+    /// `sh -c` that moves itself into `dir`, then execs what follows.
+    fn wrapper(dir: &Path) -> Vec<String> {
+        vec![
+            "sh".into(),
+            "-c".into(),
+            format!("echo $$ > {}/cgroup.procs && exec \"$@\"", dir.display()),
+            "sh".into(),
+        ]
+    }
+
+    /// How often the task's quota has throttled it so far.
+    fn throttled(&self) -> u64 {
+        let stat = std::fs::read_to_string(self.parent.join("cpu.stat")).unwrap_or_default();
+        stat.lines()
+            .find_map(|l| l.strip_prefix("nr_throttled "))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }
+}
+
+impl Drop for Task {
+    fn drop(&mut self) {
+        for dir in self.children.iter().chain([&self.parent]) {
+            let _ = std::fs::write(
+                dir.join(if self.v2 { "cpu.max" } else { "cpu.cfs_quota_us" }),
+                if self.v2 { "max" } else { "-1" },
+            );
+        }
+        for dir in self.children.iter().chain([&self.parent]) {
+            for _ in 0..100 {
+                if std::fs::remove_dir(dir).is_ok() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+/// An HTTP check as a load balancer makes one: a new connection, GET, the status line,
+/// all within `timeout`. The seconds it took, or None for a failure.
+fn check(port: u16, timeout: Duration) -> Option<f64> {
+    let start = Instant::now();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let mut stream = TcpStream::connect_timeout(&addr, timeout).ok()?;
+    let left = timeout.checked_sub(start.elapsed())?;
+    stream.set_read_timeout(Some(left)).ok()?;
+    stream
+        .write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut head = [0u8; 12];
+    stream.read_exact(&mut head).ok()?;
+    let took = start.elapsed();
+    (head.starts_with(b"HTTP/1.1 200") && took < timeout).then_some(took.as_secs_f64())
+}
+
+/// Checks of `port` every `every` for `length`, each on a thread of its own (a slow
+/// answer does not hold the next check back, as a balancer's do not).
+fn checks(port: u16, every: Duration, length: Duration) -> Arc<Mutex<Vec<Option<f64>>>> {
+    let out = Arc::new(Mutex::new(Vec::new()));
+    let start = Instant::now();
+    let mut threads = Vec::new();
+    let mut n = 0u32;
+    while every * n < length {
+        let out = out.clone();
+        threads.push(std::thread::spawn(move || {
+            let took = check(port, Duration::from_secs(2));
+            out.lock().unwrap().push(took);
+        }));
+        n += 1;
+        let next = start + every * n;
+        std::thread::sleep(next.saturating_duration_since(Instant::now()));
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    out
+}
+
+fn p99(results: &[Option<f64>]) -> String {
+    let mut ok: Vec<f64> = results.iter().flatten().copied().collect();
+    ok.sort_by(f64::total_cmp);
+    match ok.get((ok.len() * 99).div_ceil(100).saturating_sub(1)) {
+        Some(v) => format!("{:.0} ms", v * 1000.0),
+        None => "none answered".into(),
+    }
+}
+
+#[test]
+fn at_the_peak_the_mirror_answers_every_check_from_a_sibling_cgroup() {
+    require_root();
+    let mut task = Task::new("lifeguard-mirror-peak");
+    let app_group = task.container("app", 1024);
+    let mirror_group = task.container("mirror", 64);
+    let (endpoint, ready, mirror_port) = (free_port(), free_port(), free_port());
+    let (listen, ready_text) = (listen_flag(endpoint), ready.to_string());
+    let mirror_listen = listen_flag(mirror_port);
+    let mut mirror = start_under(
+        Mode::Subreaper,
+        &Task::wrapper(&mirror_group).iter().map(String::as_str).collect::<Vec<_>>(),
+        &["--mirror-ready-port", &ready_text, "--listen", &mirror_listen],
+    );
+    let app = start_under(
+        Mode::Subreaper,
+        &Task::wrapper(&app_group).iter().map(String::as_str).collect::<Vec<_>>(),
+        &args(
+            &["--listen", &listen, "--ready-port", &ready_text, "--drain-delay", "0"],
+            &["--burn-threads", "300"],
+        ),
+    );
+    app.ready();
+    wait_until_patient(Duration::from_secs(60), || (readyz(mirror_port) == 200).then_some(()));
+    let throttled_before = task.throttled();
+    let length = Duration::from_secs(60);
+    let every = Duration::from_millis(500);
+    let in_group = std::thread::spawn(move || checks(endpoint, every, length));
+    let beside = checks(mirror_port, every, length);
+    let in_group = in_group.join().unwrap();
+    let (beside, in_group) = (beside.lock().unwrap(), in_group.lock().unwrap());
+    let failed = |r: &[Option<f64>]| r.iter().filter(|v| v.is_none()).count();
+    let throttled = task.throttled() - throttled_before;
+    // Said whatever the outcome: the figures are the test's point.
+    eprintln!(
+        "at the peak (300 spinning threads, 0.25 CPU, throttled {throttled} times in 60 s; \
+         checks every 0.5 s, 2 s timeout): the mirror (cpu.shares 64) failed {} of {}, p99 {}; \
+         the helper's /readyz in the app's cgroup failed {} of {}, p99 {}",
+        failed(&beside),
+        beside.len(),
+        p99(&beside),
+        failed(&in_group),
+        in_group.len(),
+        p99(&in_group),
+    );
+    assert!(throttled > 100, "the task was not at its quota: throttled {throttled} times");
+    assert_eq!(failed(&beside), 0, "the mirror missed checks at the peak");
+    // The app is not the point here: killed with everything it runs.
+    drop(app);
+    mirror.signal(libc::SIGTERM);
+    mirror.expect_exit(0);
+}
