@@ -725,3 +725,89 @@ fn the_kubernetes_restricted_profile_keeps_every_figure_and_pid_1_alone() {
     );
     assert!(!c.logs().contains("warning"), "{}", c.logs());
 }
+
+/// examples/docker/Dockerfile.mirror, built as its header says (the slim build in its
+/// place under target/, the project root as the context).
+fn mirror_image() -> Image {
+    slim_binaries();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let tag = format!("lifeguard-test:{}-mirror", std::process::id());
+    let dockerfile = root.join("examples/docker/Dockerfile.mirror");
+    docker_ok(&[
+        "build",
+        "-q",
+        "-f",
+        dockerfile.to_str().unwrap(),
+        "-t",
+        &tag,
+        root.to_str().unwrap(),
+    ]);
+    Image(tag)
+}
+
+/// The mirror's /readyz, asked from inside its container by `lifeguard --probe`, which
+/// in the mirror's image asks the mirror's own port: (exit code, `STATUS BODY`).
+fn mirror_says(mirror: &Container) -> (i32, String) {
+    mirror.probe()
+}
+
+#[test]
+fn the_mirror_image_beside_the_app_container_follows_its_ready_port_unprivileged() {
+    let app_image = Image::build(
+        "mirror-app",
+        &["--ready-port", "9596", "--drain-delay", "3s", "--grace", "8s"],
+        &[],
+    );
+    let mirror_image = mirror_image();
+    let app = Container::run(&app_image);
+    let network = format!("container:{}", app.0);
+    // The restricted profile: no root, a read-only root, no capability; its info lines
+    // (LIFEGUARD_VERBOSE=2) say when it starts.
+    let restricted = [
+        "--network",
+        &network,
+        "--user",
+        "65534",
+        "--read-only",
+        "--cap-drop",
+        "ALL",
+        "--security-opt",
+        "no-new-privileges",
+        "-e",
+        "LIFEGUARD_VERBOSE=2",
+    ];
+    let mirror = Container::run_with(&mirror_image, &restricted);
+    wait_until("the mirror to answer 200 ready", || {
+        (mirror_says(&mirror) == (0, "200 ready".into())).then_some(())
+    });
+    // A sandbox that refuses netlink sockets (seccomp, as some do): 503 with the
+    // reason, never 200, and said in the log.
+    let profile = std::env::temp_dir().join(format!("lifeguard-no-netlink-{}.json", std::process::id()));
+    std::fs::write(
+        &profile,
+        r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["socket"],"action":"SCMP_ACT_ERRNO","errnoRet":1,"args":[{"index":0,"value":16,"op":"SCMP_CMP_EQ"}]}]}"#,
+    )
+    .unwrap();
+    let seccomp = format!("seccomp={}", profile.display());
+    let mut sandboxed_options = restricted.to_vec();
+    sandboxed_options.extend(["--security-opt", seccomp.as_str()]);
+    let sandboxed = Container::run_args(&mirror_image, &sandboxed_options, &["--listen", ":9598"]);
+    let (code, said) = sandboxed.probe_url(Some("http://127.0.0.1:9598/readyz"));
+    assert_eq!(code, 1, "{said}");
+    assert!(said.starts_with("503 not ready: cannot read the socket table"), "{said}");
+    assert!(sandboxed.logs().contains("a sandbox that refuses netlink"), "{}", sandboxed.logs());
+    let _ = std::fs::remove_file(&profile);
+    // SIGTERM to the app's container: its lifeguard closes the ready port at once and
+    // drains for 3 s; the mirror answers 503 meanwhile.
+    docker_ok(&["kill", "--signal", "TERM", &app.0]);
+    wait_until("the mirror to answer 503", || {
+        let (code, said) = mirror_says(&mirror);
+        (code == 1 && said == "503 not ready: nothing listens on port 9596").then_some(())
+    });
+    assert_eq!(app.inspect("{{.State.Running}}"), "true", "the app drains on");
+    // `docker stop` of the mirror: exit 0, at once.
+    let started = Instant::now();
+    docker_ok(&["stop", "-t", "10", &mirror.0]);
+    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
+    assert_eq!(mirror.inspect("{{.State.ExitCode}}"), "0", "{}", mirror.logs());
+}

@@ -157,6 +157,41 @@ fn the_kubernetes_example_fits_lifeguards_flags_and_the_timing_rule() {
             .all(|p| p["port"] != 9595 && p["targetPort"] != "lifeguard"),
         "the Service exposes lifeguard's port: {ports:?}"
     );
+    // The readiness mirror: a native sidecar on the web container's ready port, under
+    // the restricted profile, checked by the ALB the Ingress makes.
+    let mirror = &pod["initContainers"][0];
+    assert_eq!(mirror["restartPolicy"], "Always", "a native sidecar");
+    let mirror_args = strings(&mirror["args"]);
+    assert_eq!(
+        flag(&mirror_args, "mirror-ready-port"),
+        flag(&args, "ready-port")
+    );
+    let context = &mirror["securityContext"];
+    assert_eq!(context["runAsNonRoot"], true);
+    assert_eq!(context["runAsUser"], 65534.0);
+    assert_eq!(context["allowPrivilegeEscalation"], false);
+    assert_eq!(context["readOnlyRootFilesystem"], true);
+    assert_eq!(context["capabilities"]["drop"][0], "ALL");
+    assert_eq!(context["seccompProfile"]["type"], "RuntimeDefault");
+    let mirror_port = mirror["ports"][0]["containerPort"].as_f64().unwrap();
+    let ingress = doc(&all, "kubernetes/deployment.yaml", Some("Ingress"));
+    let annotation = |key: &str| {
+        ingress["metadata"]["annotations"][format!("alb.ingress.kubernetes.io/{key}")]
+            .as_str()
+            .unwrap_or_else(|| panic!("no {key} annotation"))
+            .to_string()
+    };
+    assert_eq!(annotation("healthcheck-port"), mirror_port.to_string());
+    assert_eq!(annotation("healthcheck-path"), "/readyz");
+    assert_eq!(annotation("target-type"), "ip");
+    for (key, want) in [
+        ("healthcheck-interval-seconds", "5"),
+        ("healthcheck-timeout-seconds", "2"),
+        ("healthy-threshold-count", "2"),
+        ("unhealthy-threshold-count", "2"),
+    ] {
+        assert_eq!(annotation(key), want, "{key}");
+    }
     let keda = doc(
         &all,
         "kubernetes/keda-scaledobject.yaml",
@@ -223,6 +258,15 @@ fn the_compose_example_keeps_the_timing_rule_and_a_patient_probe() {
     );
     let check = &web["healthcheck"];
     assert_eq!(strings(&check["test"]), ["CMD", "/lifeguard", "--probe"]);
+    // The readiness mirror shares web's network namespace and watches its ready port;
+    // its port is published on web, whose namespace it is.
+    let mirror = &compose["services"]["readiness-mirror"];
+    assert_eq!(mirror["network_mode"], "service:web");
+    let watched = mirror["environment"]["LIFEGUARD_MIRROR_READY_PORT"].as_str().unwrap();
+    assert_eq!(Some(watched.to_string()), env.iter().find(|(k, _)| k == "LIFEGUARD_READY_PORT").map(|(_, v)| v.clone()));
+    assert!(mirror.get("ports").is_none(), "network_mode: service:web takes no ports");
+    assert!(strings(&web["ports"]).iter().any(|p| p.ends_with(":9597:9597")), "{web}");
+    assert_eq!(mirror["user"], "65534");
     assert!(
         seconds(check["timeout"].as_str().unwrap()) >= 2.0,
         "{check}"
@@ -265,6 +309,9 @@ fn the_ecs_emf_variant_publishes_through_its_logs_with_the_same_contract() {
     assert_eq!(emf["logConfiguration"]["logDriver"], "awslogs");
     assert_eq!(api["command"], emf["command"]);
     lifeguard_accepts(&strings(&emf["command"]), &emf_env);
+    // The same readiness mirror beside it.
+    let mirrors = |file: &str| doc(&all, file, None)["containerDefinitions"][1].clone();
+    assert_eq!(mirrors("ecs/task-definition.json"), mirrors("ecs/task-definition-emf.json"));
 }
 
 #[test]
@@ -284,8 +331,8 @@ fn the_ecs_example_fits_the_metrics_contract_the_policy_and_the_alarm() {
         "grace {grace} must end before ECS's kill {stop_timeout}"
     );
     assert!(seconds(flag(&args, "drain-max").unwrap()) < grace);
-    // Both ports reach the balancer: the app's, and lifeguard's, which its health
-    // check asks.
+    // The app's port reaches the balancer, and lifeguard's endpoint (/metrics) the
+    // task's own network.
     let ports: Vec<f64> = container["portMappings"]
         .as_array()
         .unwrap()
@@ -300,19 +347,24 @@ fn the_ecs_example_fits_the_metrics_contract_the_policy_and_the_alarm() {
     // process in the starved cgroup) and be replaced when it is needed most; the
     // balancer's check on /readyz decides.
     assert!(container.get("healthCheck").is_none(), "{container}");
-    // The service behind its target group, whose health check is lifeguard's /readyz
-    // on 9595 with a timeout that rides out a throttled second, and a short
-    // deregistration delay (lifeguard holds the stop until the port is quiet).
+    // The service behind its target group, whose health check asks the readiness
+    // mirror beside the app (a container of its own, so a cgroup of its own under the
+    // task's quota): the quickest timings an ALB takes, which the mirror holds at the
+    // peak (tests/mirror.rs), and a short deregistration delay (lifeguard holds the stop
+    // until the port is quiet).
     let resources = &doc(&all, "ecs/scaling.yaml", None)["Resources"];
     let group = &resources["TargetGroup"]["Properties"];
     assert_eq!(group["HealthCheckPath"], "/readyz");
-    assert_eq!(group["HealthCheckPort"], "9595");
-    // An ALB's check is HTTP, answered by a process in the task's starved quota: the
-    // thresholds docs/lifecycle.md chose from its measurement at the peak (answers up
-    // to 4.8 s, none failed at a 6 s timeout every 10 s), never looser than that.
-    assert!(group["HealthCheckTimeoutSeconds"].as_f64().unwrap() >= 6.0);
-    assert!(group["HealthCheckIntervalSeconds"].as_f64().unwrap() >= 10.0);
-    assert!(group["UnhealthyThresholdCount"].as_f64().unwrap() >= 3.0);
+    assert_eq!(group["HealthCheckPort"], "9597");
+    for (key, want) in [
+        ("HealthCheckIntervalSeconds", 5.0),
+        ("HealthCheckTimeoutSeconds", 2.0),
+        ("HealthyThresholdCount", 2.0),
+        ("UnhealthyThresholdCount", 2.0),
+    ] {
+        assert_eq!(group[key].as_f64(), Some(want), "{key}");
+    }
+    the_mirror_container_serves_the_ready_port(task, container, &args, 9597);
     // No HTTP app check either: at the peak it would time out and turn /readyz to 503.
     assert!(flag(&args, "ready-http").is_none(), "{args:?}");
     let delay = group["TargetGroupAttributes"]
@@ -406,6 +458,55 @@ fn the_ecs_example_fits_the_metrics_contract_the_policy_and_the_alarm() {
 /// What lifeguard sends is raw values (RequestsInFlight as Values/Counts, CPU and memory
 /// as single values), so every statistic exists: the five plain ones and percentiles.
 /// (A statistic set would have no percentile whenever its Minimum and Maximum differ.)
+/// The task's readiness mirror: it watches the app container's --ready-port, listens
+/// where the target group checks, starts as lifeguard would run it, and is laid out as
+/// docs/readiness-mirror.md says (not essential but restarted, a CPU share of its own
+/// within the task's, the restricted profile).
+fn the_mirror_container_serves_the_ready_port(
+    task: &Value,
+    app: &Value,
+    app_args: &[String],
+    checked: u16,
+) {
+    let mirror = task["containerDefinitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "readiness-mirror")
+        .expect("a readiness-mirror container");
+    assert_eq!(mirror["entryPoint"][0], "/lifeguard");
+    let args = strings(&mirror["command"]);
+    assert_eq!(
+        flag(&args, "mirror-ready-port"),
+        flag(app_args, "ready-port"),
+        "the mirror watches the app's ready port"
+    );
+    assert_eq!(mirror["portMappings"][0]["containerPort"], f64::from(checked));
+    assert_eq!(mirror["essential"], false);
+    assert_eq!(mirror["restartPolicy"]["enabled"], true);
+    assert!(mirror.get("dependsOn").is_none(), "{mirror}");
+    assert_eq!(mirror["user"], "65534");
+    assert_eq!(mirror["readonlyRootFilesystem"], true);
+    assert_eq!(mirror["linuxParameters"]["capabilities"]["drop"][0], "ALL");
+    let cpu = |c: &Value| c["cpu"].as_f64().unwrap();
+    assert!(cpu(mirror) >= 64.0, "the mirror's share: {mirror}");
+    let task_cpu: f64 = task["cpu"].as_str().unwrap().parse().unwrap();
+    assert!(cpu(app) + cpu(mirror) <= task_cpu);
+    // It runs as written, on a free port in place of 9597, and answers.
+    let port = free_port();
+    let mut run = start(
+        Mode::Subreaper,
+        &args
+            .iter()
+            .map(String::as_str)
+            .chain(["--listen", &listen_flag(port)])
+            .collect::<Vec<_>>(),
+    );
+    wait_for_answer(port, "/livez", 200, "alive");
+    run.signal(libc::SIGTERM);
+    run.expect_exit(0);
+}
+
 fn statistic_exists_for_raw_values(alarm: &Value) -> bool {
     match (
         alarm["Statistic"].as_str(),
