@@ -207,10 +207,9 @@ fn sink() -> Option<&'static Sink> {
 fn writer_thread() -> Sink {
     let (tx, rx) = mpsc::sync_channel::<Message>(QUEUE_LINES);
     let (blocked_tx, blocked) = mpsc::channel();
-    let spawned = std::thread::Builder::new()
-        .name("log".into())
-        .spawn(move || {
-            crate::kernel::reblock_every_signal();
+    let spawned = crate::kernel::spawn_thread(
+        "log",
+        Box::new(move || {
             let _ = blocked_tx.send(());
             for message in rx {
                 match message {
@@ -224,7 +223,8 @@ fn writer_thread() -> Sink {
                     write_stderr(&dropped_line(dropped));
                 }
             }
-        });
+        }),
+    );
     match spawned {
         Ok(_) => {
             // Until the thread has re-blocked the C library's reserved signals, one of

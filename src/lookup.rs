@@ -6,6 +6,7 @@
 
 use std::io;
 use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use crate::kernel;
@@ -14,27 +15,39 @@ use crate::kernel;
 /// within `limit`. The thread is joined once it has answered, so a caller that forks
 /// afterwards (PID 1 forks the helper) is one thread again by then.
 pub fn within(host: &str, port: u16, limit: Duration) -> Option<io::Result<Vec<SocketAddr>>> {
-    let (tx, rx) = std::sync::mpsc::channel();
+    // The answer waits in a slot, and a channel of () rings: a channel of the answer's
+    // own type would be a whole channel's code more in the binary for one start-up call.
+    let slot = Arc::new(Mutex::new(None));
+    let (ring, rung) = std::sync::mpsc::channel::<()>();
     let name = host.to_string();
-    let lookup = std::thread::Builder::new()
-        .name("lookup".into())
-        .spawn(move || {
-            // Signals are PID 1's to take (its signalfd), never this thread's.
-            kernel::reblock_every_signal();
-            let _ = tx.send((name.as_str(), port).to_socket_addrs().map(|a| {
-                let mut addrs: Vec<_> = a.collect();
-                addrs.sort_unstable();
-                addrs.dedup();
+    let answer = slot.clone();
+    // Signals are PID 1's to take (its signalfd), never this thread's.
+    let lookup = kernel::spawn_thread(
+        "lookup",
+        Box::new(move || {
+            let found = (name.as_str(), port).to_socket_addrs().map(|found| {
+                // Sorted as they come, each once (a handful: no sort's code for them).
+                let mut addrs: Vec<SocketAddr> = Vec::new();
+                for addr in found {
+                    let at = addrs.partition_point(|a| *a < addr);
+                    if addrs.get(at) != Some(&addr) {
+                        addrs.insert(at, addr);
+                    }
+                }
                 addrs
-            }));
-        });
+            });
+            *answer.lock().unwrap_or_else(PoisonError::into_inner) = Some(found);
+            let _ = ring.send(());
+        }),
+    );
     let lookup = match lookup {
         Ok(lookup) => lookup,
         Err(err) => return Some(Err(err)),
     };
-    let answer = rx.recv_timeout(limit).ok()?;
+    rung.recv_timeout(limit).ok()?;
     let _ = lookup.join();
-    Some(answer)
+    let answer = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+    answer
 }
 
 /// How long a host name given to `--listen` may take to resolve, at start.

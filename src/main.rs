@@ -104,8 +104,11 @@ fn run() -> anyhow::Result<ExitCode> {
 /// The settings' warnings, and the `LIFEGUARD_*` variables nobody knows (a misspelling
 /// would otherwise be ignored without a word).
 fn warn_all(warnings: &[String]) {
+    for warning in warnings {
+        logging::warn(warning, &[]);
+    }
     let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
-    for warning in warnings.iter().cloned().chain(cli::unknown_variables(names)) {
+    for warning in cli::unknown_variables(names) {
         logging::warn(warning, &[]);
     }
 }

@@ -250,7 +250,7 @@ fn usage_errors_name_the_flag_or_variable_and_what_it_takes() {
         (
             &["--mirror-ready-port", "9596", "--listen", "off"],
             &[],
-            "--listen off leaves the readiness mirror nothing to do",
+            "--listen off leaves the readiness mirror nothing to serve",
         ),
     ];
     for (args, env, want) in rows {

@@ -124,14 +124,12 @@ pub(super) struct Cli {
           value_parser = parse_probe)]
     pub(super) probe: Option<ProbeTarget>,
 
-    /// Run as the readiness mirror, the PID 1 of a small container of its own in the app
-    /// container's network namespace, with no COMMAND: GET /readyz answers 200 exactly while
-    /// a socket listens on PORT there (the app container's --ready-port), read from the
-    /// kernel, never by connecting. For HTTP health checks (ALB) that must hold when the
-    /// app's container saturates its CPU. Its --listen defaults to [::]:9597
+    /// Run as the readiness mirror, in a container of its own beside the app's (no
+    /// COMMAND): /readyz answers 200 while PORT (the app's --ready-port) listens in this
+    /// network namespace, for HTTP checks that must hold at the peak. --listen: [::]:9597
     #[arg(long, env = "LIFEGUARD_MIRROR_READY_PORT", value_name = "[HOST:]PORT",
           value_parser = parse_mirror_port, allow_negative_numbers = true)]
-    pub(super) mirror_ready_port: Option<MirrorPort>,
+    pub(super) mirror_ready_port: Option<(String, u16)>,
 
     /// How long --probe waits for the answer
     #[arg(long, env = "LIFEGUARD_PROBE_TIMEOUT", value_name = "DUR", default_value = "2s",

@@ -198,8 +198,8 @@ pub fn parse(
             };
         }
     };
-    if let (Some(watched), None) = (cli.mirror_ready_port, &cli.probe) {
-        return match mirror(cli, watched, &matches, &lookup) {
+    if let (Some(watched), None) = (cli.mirror_ready_port.clone(), &cli.probe) {
+        return match mirror(cli, values::mirror_port(watched), &matches, &lookup) {
             Ok(mirror) => Parsed::Mirror(Box::new(mirror)),
             Err(message) => Parsed::Exit {
                 message: format!("error: {message}\n\nFor more information, try '--help'.\n"),
@@ -322,45 +322,42 @@ fn mirror(
 ) -> Result<Mirror, String> {
     if let Some(first) = cli.command.first() {
         return Err(format!(
-            "--mirror-ready-port takes no COMMAND (got '{}'): the mirror runs in a container of \
-             its own beside the app's, where lifeguard runs the app with --ready-port {}",
+            "--mirror-ready-port takes no COMMAND (got '{}'): the app runs in its own \
+             container, under lifeguard --ready-port {}",
             first.to_string_lossy(),
             watched.port
         ));
     }
-    let command = Cli::command();
-    let given: Vec<String> = APP_SIDE
-        .iter()
-        .filter_map(|id| {
-            let arg = command.get_arguments().find(|a| a.get_id() == *id)?;
-            match matches.value_source(id)? {
-                ValueSource::CommandLine => Some(match arg.get_long() {
-                    Some(long) => format!("--{long}"),
-                    None => format!("-{}", arg.get_short()?),
-                }),
-                // METRICS_SINK is the CloudWatch contract's, which may be set for a whole
-                // task: ignored below with the other METRICS_* variables.
-                ValueSource::EnvVariable if *id != "metrics_sink" => {
-                    arg.get_env().map(|e| e.to_string_lossy().into_owned())
-                }
-                _ => None,
+    let mut given: Vec<String> = Vec::new();
+    for arg in Cli::command().get_arguments() {
+        let id = arg.get_id().as_str();
+        if !APP_SIDE.contains(&id) {
+            continue;
+        }
+        match matches.value_source(id) {
+            Some(ValueSource::CommandLine) => {
+                given.push(format!("--{}", arg.get_long().unwrap_or(id)))
             }
-        })
-        .collect();
+            // METRICS_SINK is the CloudWatch contract's, which may be set for a whole
+            // task: ignored below with the other METRICS_* variables.
+            Some(ValueSource::EnvVariable) if id != "metrics_sink" => {
+                given.extend(arg.get_env().map(|e| e.to_string_lossy().into_owned()))
+            }
+            _ => {}
+        }
+    }
     if !given.is_empty() {
         return Err(format!(
-            "{} cannot apply to the readiness mirror (--mirror-ready-port): {} the app's, and \
-             the mirror runs no app; give {} to the lifeguard in the app's container",
+            "{} cannot apply to the readiness mirror (--mirror-ready-port), which runs no \
+             app: give the app's options to the lifeguard in the app's container",
             given.join(", "),
-            if given.len() == 1 { "it is" } else { "they are" },
-            if given.len() == 1 { "it" } else { "them" },
         ));
     }
     let listen = match cli.listen {
         Some(Listen { at: None, .. }) => {
             return Err(format!(
-                "--listen off leaves the readiness mirror nothing to do: /readyz is all it \
-                 serves; give it an address, or leave --listen out for [::]:{MIRROR_DEFAULT_PORT}"
+                "--listen off leaves the readiness mirror nothing to serve: give an address, \
+                 or leave --listen out for [::]:{MIRROR_DEFAULT_PORT}"
             ))
         }
         Some(Listen { at: Some(at), .. }) => at,
@@ -368,22 +365,24 @@ fn mirror(
     };
     if listen.port() == watched.port {
         return Err(format!(
-            "--mirror-ready-port ({}) must differ from the mirror's own port (--listen {listen}): \
-             its own listener would be the socket it sees, and /readyz would always say ready",
+            "--mirror-ready-port ({}) must differ from --listen's port ({listen}): the mirror \
+             would see its own listener and always say ready",
             watched.port
         ));
     }
-    let ignored: Vec<&str> = [
+    let mut ignored = Vec::new();
+    for name in [
         "METRICS_NAMESPACE",
         "METRICS_SINK",
         "METRICS_INTERVAL",
         "METRICS_DIMENSIONS",
         "METRICS_BURST_THRESHOLD",
         "METRICS_EXTRA",
-    ]
-    .into_iter()
-    .filter(|name| lookup(name).is_some_and(|v| !v.trim().is_empty()))
-    .collect();
+    ] {
+        if lookup(name).is_some_and(|v| !v.trim().is_empty()) {
+            ignored.push(name);
+        }
+    }
     Ok(Mirror {
         watched,
         listen,
@@ -394,8 +393,7 @@ fn mirror(
         warnings: (!ignored.is_empty())
             .then(|| {
                 format!(
-                    "{} ignored: the readiness mirror publishes no metrics (the lifeguard in \
-                     the app's container does)",
+                    "{} ignored: the readiness mirror publishes no metrics",
                     ignored.join(", ")
                 )
             })
@@ -484,7 +482,7 @@ fn settings(
     };
     // A probe in the mirror's container (`ENV LIFEGUARD_MIRROR_READY_PORT` in its image)
     // asks the mirror, on the mirror's default port.
-    let default_port = match cli.mirror_ready_port {
+    let default_port = match &cli.mirror_ready_port {
         Some(_) => MIRROR_DEFAULT_PORT,
         None => DEFAULT_PORT,
     };
@@ -550,6 +548,46 @@ fn settings(
         Err(_) if probe.is_some() => None,
         Err(message) => return Err(message),
     };
+    // Settings that are ignored, said once the log is set up (none to a probe).
+    let mut warnings = Vec::new();
+    let ignored = cloudwatch::config::ignored(lookup);
+    if !ignored.is_empty() && probe.is_none() {
+        warnings.push(format!(
+            "{} ignored: CloudWatch publishing is off without METRICS_NAMESPACE",
+            ignored.join(", ")
+        ));
+    }
+    warnings.extend(protection_warning);
+    if probe.is_none() {
+        let extra = |wanted: fn(&cloudwatch::config::Config) -> bool| {
+            cloudwatch_config.as_ref().is_some_and(wanted)
+        };
+        if !protecting && extra(|c| c.scale_in_protected) {
+            warnings.push(
+                "METRICS_EXTRA=ScaleInProtected publishes nothing: --scale-in-protection is \
+                 not on (it needs the flag, and ECS_AGENT_URI from the ECS agent)"
+                    .to_string(),
+            );
+        }
+        if cli.inflight_port.is_none() && extra(|c| c.oldest_request_age) {
+            warnings.push(
+                "METRICS_EXTRA=OldestRequestAge publishes nothing without --inflight-port: \
+                 the age is read from the app port's connections"
+                    .to_string(),
+            );
+        }
+        if !cloudwatch::API_BUILT
+            && cli.metrics_sink == cloudwatch::config::SinkKind::Api
+            && lookup("METRICS_NAMESPACE").is_some_and(|n| !n.trim().is_empty())
+        {
+            warnings.push(
+                "this lifeguard was built without the CloudWatch API (cargo feature \
+                 cloudwatch-api off): METRICS_SINK=api publishes nothing; set METRICS_SINK=emf \
+                 to publish the same metrics as Embedded Metric Format log records"
+                    .to_string(),
+            );
+        }
+    }
     Ok(Settings {
         lifecycle: lifecycle::Config {
             drain_delay: cli.drain_delay,
@@ -582,48 +620,7 @@ fn settings(
             Err(message) => return Err(message),
         },
         log_format: cli.log_format,
-        warnings: match cloudwatch::config::ignored(lookup) {
-            ignored if ignored.is_empty() || probe.is_some() => Vec::new(),
-            ignored => vec![format!(
-                "{} ignored: CloudWatch publishing is off without METRICS_NAMESPACE",
-                ignored.join(", ")
-            )],
-        }
-        .into_iter()
-        .chain(protection_warning)
-        .chain(
-            (probe.is_none()
-                && !protecting
-                && matches!(&cloudwatch_config, Some(c) if c.scale_in_protected))
-            .then(|| {
-                "METRICS_EXTRA=ScaleInProtected publishes nothing: --scale-in-protection is \
-                 not on (it needs the flag, and ECS_AGENT_URI from the ECS agent)"
-                    .to_string()
-            }),
-        )
-        .chain(
-            (probe.is_none()
-                && cli.inflight_port.is_none()
-                && matches!(&cloudwatch_config, Some(c) if c.oldest_request_age))
-            .then(|| {
-                "METRICS_EXTRA=OldestRequestAge publishes nothing without --inflight-port: \
-                 the age is read from the app port's connections"
-                    .to_string()
-            }),
-        )
-        .chain(
-            (probe.is_none()
-                && !cloudwatch::API_BUILT
-                && cli.metrics_sink == cloudwatch::config::SinkKind::Api
-                && lookup("METRICS_NAMESPACE").is_some_and(|n| !n.trim().is_empty()))
-            .then(|| {
-                "this lifeguard was built without the CloudWatch API (cargo feature \
-                 cloudwatch-api off): METRICS_SINK=api publishes nothing; set METRICS_SINK=emf \
-                 to publish the same metrics as Embedded Metric Format log records"
-                    .to_string()
-            }),
-        )
-        .collect(),
+        warnings,
         probe,
     })
 }
@@ -650,7 +647,13 @@ pub fn unknown_variables(names: impl Iterator<Item = String>) -> Vec<String> {
     #[cfg(feature = "fault-injection")]
     known.extend(["LIFEGUARD_FAULT", "LIFEGUARD_FAULT_MINUTE"].map(String::from));
     unknown.retain(|n| !known.contains(n));
-    unknown.sort_unstable();
+    // In order, for the same lines every time (a handful: no sort's code for them).
+    let mut sorted: Vec<String> = Vec::with_capacity(unknown.len());
+    for name in unknown {
+        let at = sorted.partition_point(|n| *n < name);
+        sorted.insert(at, name);
+    }
+    let unknown = sorted;
     // The CloudWatch contract's variables carry no LIFEGUARD_ prefix (METRICS_SINK,
     // --metrics-sink's twin, is already among clap's): LIFEGUARD_METRICS_SINK means that
     // one.
@@ -777,7 +780,7 @@ mod tests {
             (
                 &["--mirror-ready-port", "9597"],
                 &[],
-                "--mirror-ready-port (9597) must differ from the mirror's own port",
+                "--mirror-ready-port (9597) must differ from --listen's port",
             ),
         ];
         for (args, env, want) in rows {

@@ -166,26 +166,34 @@ pub struct MirrorPort {
     pub port: u16,
 }
 
-pub(super) fn parse_mirror_port(text: &str) -> Result<MirrorPort, String> {
+/// `[HOST:]PORT`, HOST an IP address: as `(HOST, PORT)` with HOST empty when not given,
+/// the value type `--ready-tcp` has (one copy of clap's code for both); `mirror_port`
+/// makes it a `MirrorPort`.
+pub(super) fn parse_mirror_port(text: &str) -> Result<(String, u16), String> {
     let accepted = "expected the app container's ready port, PORT (9596) or HOST:PORT \
                     (127.0.0.1:9596, [::1]:9596), the port a whole number from 1 to 65535";
     let trimmed = text.trim();
     let (host, port) = match trimmed.rsplit_once(':') {
         Some((host, port)) => {
             let host = host.trim_start_matches('[').trim_end_matches(']');
-            let ip = host
-                .parse()
-                .map_err(|_| format!("'{text}': '{host}' is not an IP address: {accepted}"))?;
-            (Some(ip), port)
+            if host.parse::<std::net::IpAddr>().is_err() {
+                return Err(format!("'{text}': '{host}' is not an IP address: {accepted}"));
+            }
+            (host, port)
         }
-        None => (None, trimmed),
+        None => ("", trimmed),
     };
     match port.parse::<u32>() {
-        Ok(port @ 1..=65535) => Ok(MirrorPort {
-            host,
-            port: port as u16,
-        }),
+        Ok(port @ 1..=65535) => Ok((host.to_string(), port as u16)),
         _ => Err(format!("'{text}' is not a TCP port: {accepted}")),
+    }
+}
+
+/// The mirror's port from what `parse_mirror_port` accepted.
+pub(super) fn mirror_port((host, port): (String, u16)) -> MirrorPort {
+    MirrorPort {
+        host: host.parse().ok(),
+        port,
     }
 }
 

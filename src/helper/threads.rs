@@ -170,10 +170,9 @@ fn start_boxed(
     work: Box<dyn Fn() -> Work + Send>,
 ) -> Result<(), String> {
     let (ready_tx, ready) = std::sync::mpsc::channel();
-    std::thread::Builder::new()
-        .name(helper.name().into())
-        .spawn(move || {
-            kernel::reblock_every_signal();
+    kernel::spawn_thread(
+        helper.name(),
+        Box::new(move || {
             let runtime = match runtime(helper, name_lookups) {
                 Ok(runtime) => {
                     let _ = ready_tx.send(Ok(()));
@@ -215,8 +214,9 @@ fn start_boxed(
                 std::thread::sleep(backoff);
                 backoff = (backoff * 2).min(MAX_BACKOFF);
             }
-        })
-        .map_err(|err| format!("starting the thread: {err}"))?;
+        }),
+    )
+    .map_err(|err| format!("starting the thread: {err}"))?;
     STARTED[helper.index()].store(true, Ordering::Relaxed);
     ready
         .recv()

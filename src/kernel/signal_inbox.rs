@@ -295,6 +295,21 @@ pub fn reblock_every_signal() {
     let _ = kernel_mask(libc::SIG_SETMASK, EVERY_SIGNAL);
 }
 
+/// Starts a thread named `name` that blocks every signal again before `work` runs
+/// (`reblock_every_signal` says why). Every thread of lifeguard's starts here, boxed:
+/// one copy of std's thread start in the binary, not one per closure.
+pub fn spawn_thread(
+    name: &str,
+    work: Box<dyn FnOnce() + Send>,
+) -> io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(move || {
+            reblock_every_signal();
+            work()
+        })
+}
+
 /// Makes SIGCHLD lifeguard's to hear of. Inherited ignored (`env --ignore-signal=CHLD`,
 /// some job runners), it would make the kernel reap lifeguard's children itself
 /// (wait(2), "POSIX.1-2001 ... SIGCHLD set to SIG_IGN"): the app's exit would never be

@@ -70,28 +70,25 @@ impl Look {
             .map(|listening| listening.iter().any(|at| covers(watched.host, *at)))
             .map_err(|err| format!("cannot read the socket table (sock_diag netlink): {err}"));
         let port = watched.port;
-        match (self.last.as_ref().map(|(_, f)| f), &found) {
-            (Some(Ok(true)), Ok(true)) | (Some(Ok(false)) | None, Ok(false)) => {}
-            (Some(Err(_)), Err(_)) => {}
-            (_, Ok(true)) => logging::info(
-                "the app's ready port listens: /readyz answers 200",
-                &[("port", &port)],
-            ),
-            (_, Ok(false)) => logging::info(
-                "the app's ready port no longer listens: /readyz answers 503",
+        let before = self.last.as_ref().map(|(_, f)| f);
+        match (before, &found) {
+            (Some(Ok(was)), Ok(now)) if was == now => {}
+            (None, Ok(false)) | (Some(Err(_)), Err(_)) => {}
+            (_, Ok(listens)) => logging::info(
+                if *listens {
+                    "the app's ready port listens: /readyz answers 200"
+                } else {
+                    "the app's ready port does not listen: /readyz answers 503"
+                },
                 &[("port", &port)],
             ),
             (_, Err(why)) => logging::warn(
                 format!(
                     "{why}: /readyz answers 503 until it can (a sandbox that refuses netlink \
-                     sockets? the mirror needs socket(AF_NETLINK, NETLINK_SOCK_DIAG), which needs \
-                     no privilege)"
+                     sockets?)"
                 ),
                 &[("port", &port)],
             ),
-        }
-        if let (Some(Err(_)), Ok(_)) = (self.last.as_ref().map(|(_, f)| f), &found) {
-            logging::notice("the socket table can be read again", &[("port", &port)]);
         }
         self.seen |= found == Ok(true);
         self.last = Some((now, found.clone()));
@@ -118,12 +115,9 @@ impl Look {
             self.unseen_said = true;
             logging::warn(
                 format!(
-                    "nothing has listened on port {port} in this network namespace since the \
-                     mirror started {} ago, so /readyz answers 503: the mirror must share the \
-                     app container's network namespace (ECS awsvpc or Fargate, a Kubernetes pod, \
-                     compose network_mode: service:app), and the app's lifeguard must run with \
-                     --ready-port {port}; in ECS bridge mode each container has a namespace of \
-                     its own and the mirror cannot see the app's port",
+                    "nothing has listened on port {port} here for {}: the mirror must share \
+                     the app container's network namespace (not so in ECS bridge mode), and \
+                     the app's lifeguard run with --ready-port {port}",
                     crate::seconds::human(UNSEEN_WARNING),
                     port = self.watched.port,
                 ),

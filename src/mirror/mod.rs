@@ -72,14 +72,13 @@ pub fn run(settings: Mirror) -> anyhow::Result<ExitCode> {
     let cap = (limit.saturating_sub(RESERVED_DESCRIPTORS) as usize).clamp(1, MAX_CONNECTIONS);
     let port = settings.watched.port;
     let mut look = Look::new(settings.watched, Instant::now());
-    for listener in &listeners {
-        let addr = listener.local_addr().map_or("?".into(), |a| a.to_string());
+    for (_, addr) in &listeners {
         logging::info(
-            "readiness mirror: /readyz answers 200 while the app's ready port listens in this \
-             network namespace",
-            &[("addr", &addr), ("port", &port)],
+            "readiness mirror listening: /readyz follows the ready port",
+            &[("addr", addr), ("port", &port)],
         );
     }
+    let listeners: Vec<TcpListener> = listeners.into_iter().map(|(l, _)| l).collect();
     // The first look at once: a sandbox that refuses sock_diag is said at the start.
     let _ = look.take(Instant::now());
     let mut table = Table {
@@ -123,7 +122,7 @@ pub fn run(settings: Mirror) -> anyhow::Result<ExitCode> {
 const PENDING_LOG: Duration = Duration::from_millis(10);
 
 /// A signal's effect: the exit code for a stop; children reaped for SIGCHLD; the rest
-/// are nobody's (the mirror runs no app), said at debug.
+/// are nobody's (the mirror runs no app).
 fn on_signal(signal: Signal, warn_on_reap: bool) -> Option<ExitCode> {
     match signal {
         signal_names::CHLD => {
@@ -143,10 +142,8 @@ fn on_signal(signal: Signal, warn_on_reap: bool) -> Option<ExitCode> {
             );
             Some(ExitCode::SUCCESS)
         }
-        other => {
-            logging::debug("signal ignored", &[("signal", &other.name())]);
-            None
-        }
+        // Nobody's: the mirror runs no app.
+        _ => None,
     }
 }
 
@@ -155,7 +152,7 @@ const QUIT: Signal = Signal(libc::SIGQUIT);
 /// The mirror's listeners: `[::]` dual-stack by default (`0.0.0.0` where the kernel has
 /// no IPv6), an address, or every address of a name. The port is all the mirror is for,
 /// so any failure to listen ends it (125) naming the address.
-fn bind(listen: &ListenAt) -> anyhow::Result<Vec<TcpListener>> {
+fn bind(listen: &ListenAt) -> anyhow::Result<Vec<(TcpListener, SocketAddr)>> {
     let addrs = match listen {
         ListenAt::Any(port) => vec![SocketAddr::from((std::net::Ipv6Addr::UNSPECIFIED, *port))],
         ListenAt::Addr(addr) => vec![*addr],
@@ -171,13 +168,12 @@ fn bind(listen: &ListenAt) -> anyhow::Result<Vec<TcpListener>> {
             }
             bound => (bound, addr),
         };
-        let listener = TcpListener::from(fd.with_context(|| format!("cannot listen on {addr}"))?);
-        kernel::tune_listener(&listener, http::MAX_HEAD, SEND_BUFFER)
-            .with_context(|| format!("cannot listen on {addr}"))?;
-        listener
-            .set_nonblocking(true)
-            .with_context(|| format!("cannot listen on {addr}"))?;
-        listeners.push(listener);
+        let listening = fd.map(TcpListener::from).and_then(|listener| {
+            kernel::tune_listener(&listener, http::MAX_HEAD, SEND_BUFFER)?;
+            listener.set_nonblocking(true)?;
+            Ok(listener)
+        });
+        listeners.push((listening.with_context(|| format!("cannot listen on {addr}"))?, addr));
     }
     Ok(listeners)
 }
@@ -321,7 +317,9 @@ impl Table {
         );
         match poll(&mut fds, timeout) {
             Ok(_) | Err(nix::errno::Errno::EINTR) => {}
-            Err(err) => return Err(err).context("waiting in poll"),
+            // As io::Error, whose text is the C library's: nix's own table of errno
+            // descriptions would add kilobytes to the binary for this one line.
+            Err(err) => return Err(io::Error::from(err)).context("waiting in poll"),
         }
         let mut revents = fds.iter().map(|f| f.revents().unwrap_or(PollFlags::empty()));
         let signalled = revents.next().is_some_and(|r| !r.is_empty());
@@ -385,15 +383,10 @@ impl Table {
     /// Each connection's turn where the wait said it has one, then the end of those
     /// done or past their time.
     fn serve(&mut self, ready: &[PollFlags], look: &mut Look, now: Instant) {
-        let mut i = 0;
-        let mut keep = Vec::with_capacity(self.conns.len());
-        for conn in self.conns.iter_mut() {
-            let woke = ready.get(i).is_some_and(|r| !r.is_empty());
-            i += 1;
-            let goes_on = (!woke || conn.turn(look, now)) && now < conn.since + STALL_LIMIT;
-            keep.push(goes_on);
-        }
-        let mut flags = keep.into_iter();
-        self.conns.retain(|_| flags.next().unwrap_or(false));
+        let mut woke = ready.iter().map(|r| !r.is_empty());
+        self.conns.retain_mut(|conn| {
+            (!woke.next().unwrap_or(false) || conn.turn(look, now))
+                && now < conn.since + STALL_LIMIT
+        });
     }
 }

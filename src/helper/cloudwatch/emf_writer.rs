@@ -41,15 +41,15 @@ impl EmfSink {
         // One record waits while one is written: the publisher has at most one call
         // under way, so a full queue means the writer is stuck.
         let (jobs, queue) = mpsc::sync_channel::<Job>(1);
-        std::thread::Builder::new()
-            .name("emf-writer".into())
-            .spawn(move || {
-                crate::kernel::reblock_every_signal();
+        crate::kernel::spawn_thread(
+            "emf-writer",
+            Box::new(move || {
                 let mut to = Destination::new(agent);
                 for (line, done) in queue {
                     let _ = done.send(to.write(&line));
                 }
-            })?;
+            }),
+        )?;
         Ok(EmfSink {
             namespace: config.namespace.clone(),
             dimensions: config.dimensions.clone(),

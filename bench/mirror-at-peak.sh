@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# The readiness mirror at the peak (bench/mirror_at_peak.py says what and how). As root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/packages.sh build static-x86_64 bench
+cargo build --release --locked --target x86_64-unknown-linux-musl --bin lifeguard
+exec python3 bench/mirror_at_peak.py "$@"
