@@ -46,6 +46,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from health_at_peak import QUOTA_US, PERIOD_US, cgroup, free_port, pct, remove, version  # noqa: E402
+from ready_port_at_peak import ms, series, streak  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CPUACCT = "/sys/fs/cgroup/cpuacct"
@@ -70,37 +71,6 @@ def get(port, path, timeout):
     if took >= timeout or not data.startswith(b"HTTP/1.1 200"):
         return None
     return took, data.split(b"\r\n\r\n", 1)[-1].decode(errors="replace")
-
-
-def series(interval, duration, probe, out):
-    """`probe` every `interval` s for `duration`, each on a thread of its own."""
-    threads, start, i = [], time.monotonic(), 0
-    while i * interval < duration:
-        slot = len(out)
-        out.append(None)
-
-        def once(slot=slot):
-            out[slot] = probe()
-
-        t = threading.Thread(target=once)
-        t.start()
-        threads.append(t)
-        i += 1
-        time.sleep(max(0.0, start + i * interval - time.monotonic()))
-    for t in threads:
-        t.join()
-
-
-def streak(results):
-    best = run = 0
-    for r in results:
-        run = run + 1 if r is None else 0
-        best = max(best, run)
-    return best
-
-
-def ms(v):
-    return "—" if v is None else f"{v * 1000:,.0f} ms"
 
 
 class Task:
@@ -187,7 +157,10 @@ def peak(lifeguard, spin, threads, duration, shares):
         procs.append(start_in(mirror_dirs, [lifeguard, "--mirror-ready-port", str(ready),
                                             "--listen", f"127.0.0.1:{mirror}"],
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
-        app = start_in(app_dirs, [lifeguard, "--drain-delay", "0", "--listen", f"127.0.0.1:{endpoint}",
+        # As PID 1 of a PID namespace of its own, which dies with it: nothing of the app
+        # outlives the round (a SIGKILLed subreaper would leave 300 threads spinning).
+        app = start_in(app_dirs, ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc",
+                                  lifeguard, "--drain-delay", "0", "--listen", f"127.0.0.1:{endpoint}",
                                   "--ready-port", str(ready), "--inflight-port",
                                   str(app_port.getsockname()[1]), "--", spin, str(threads)],
                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
@@ -273,8 +246,9 @@ def new_task(lifeguard, old, trials):
             t0 = time.monotonic()
             procs.append(subprocess.Popen([lifeguard, "--mirror-ready-port", str(ready), "--listen",
                                            f"127.0.0.1:{mirror}"], stderr=subprocess.DEVNULL))
-            procs.append(subprocess.Popen([lifeguard, "--listen", f"127.0.0.1:{endpoint}", "--ready-port",
-                                           str(ready), "--", "sleep", "3600"], stderr=subprocess.DEVNULL))
+            procs.append(subprocess.Popen([lifeguard, "--drain-delay", "0", "--grace", "2s", "--listen",
+                                           f"127.0.0.1:{endpoint}", "--ready-port", str(ready), "--",
+                                           "sleep", "3600"], stderr=subprocess.DEVNULL))
             # The first check within one interval of the registration.
             time.sleep(random.uniform(0, interval))
             run = 0
@@ -315,8 +289,9 @@ def check_cost(lifeguard, n):
     endpoint, ready, mirror = free_port(), free_port(), free_port()
     procs = [subprocess.Popen([lifeguard, "--mirror-ready-port", str(ready), "--listen",
                                f"127.0.0.1:{mirror}"], stderr=subprocess.DEVNULL),
-             subprocess.Popen([lifeguard, "--listen", f"127.0.0.1:{endpoint}", "--ready-port",
-                               str(ready), "--", "sleep", "3600"], stderr=subprocess.DEVNULL)]
+             subprocess.Popen([lifeguard, "--drain-delay", "0", "--grace", "2s", "--listen",
+                               f"127.0.0.1:{endpoint}", "--ready-port", str(ready), "--", "sleep", "3600"],
+                              stderr=subprocess.DEVNULL)]
     try:
         wait_for("the mirror to answer 200", lambda: get(mirror, "/readyz", 2.0) is not None)
         wait_for("the helper", lambda: helper_of(procs[1].pid) is not None)

@@ -755,7 +755,14 @@ fn mirror_says(mirror: &Container) -> (i32, String) {
 fn the_mirror_image_beside_the_app_container_follows_its_ready_port_unprivileged() {
     let app_image = Image::build(
         "mirror-app",
-        &["--ready-port", "9596", "--drain-delay", "3s", "--grace", "8s"],
+        &[
+            "--ready-port",
+            "9596",
+            "--drain-delay",
+            "3s",
+            "--grace",
+            "8s",
+        ],
         &[],
     );
     let mirror_image = mirror_image();
@@ -782,7 +789,8 @@ fn the_mirror_image_beside_the_app_container_follows_its_ready_port_unprivileged
     });
     // A sandbox that refuses netlink sockets (seccomp, as some do): 503 with the
     // reason, never 200, and said in the log.
-    let profile = std::env::temp_dir().join(format!("lifeguard-no-netlink-{}.json", std::process::id()));
+    let profile =
+        std::env::temp_dir().join(format!("lifeguard-no-netlink-{}.json", std::process::id()));
     std::fs::write(
         &profile,
         r#"{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["socket"],"action":"SCMP_ACT_ERRNO","errnoRet":1,"args":[{"index":0,"value":16,"op":"SCMP_CMP_EQ"}]}]}"#,
@@ -794,8 +802,15 @@ fn the_mirror_image_beside_the_app_container_follows_its_ready_port_unprivileged
     let sandboxed = Container::run_args(&mirror_image, &sandboxed_options, &["--listen", ":9598"]);
     let (code, said) = sandboxed.probe_url(Some("http://127.0.0.1:9598/readyz"));
     assert_eq!(code, 1, "{said}");
-    assert!(said.starts_with("503 not ready: cannot read the socket table"), "{said}");
-    assert!(sandboxed.logs().contains("a sandbox that refuses netlink"), "{}", sandboxed.logs());
+    assert!(
+        said.starts_with("503 not ready: cannot read the socket table"),
+        "{said}"
+    );
+    assert!(
+        sandboxed.logs().contains("a sandbox that refuses netlink"),
+        "{}",
+        sandboxed.logs()
+    );
     let _ = std::fs::remove_file(&profile);
     // SIGTERM to the app's container: its lifeguard closes the ready port at once and
     // drains for 3 s; the mirror answers 503 meanwhile.
@@ -804,10 +819,23 @@ fn the_mirror_image_beside_the_app_container_follows_its_ready_port_unprivileged
         let (code, said) = mirror_says(&mirror);
         (code == 1 && said == "503 not ready: nothing listens on port 9596").then_some(())
     });
-    assert_eq!(app.inspect("{{.State.Running}}"), "true", "the app drains on");
+    assert_eq!(
+        app.inspect("{{.State.Running}}"),
+        "true",
+        "the app drains on"
+    );
     // `docker stop` of the mirror: exit 0, at once.
     let started = Instant::now();
     docker_ok(&["stop", "-t", "10", &mirror.0]);
-    assert!(started.elapsed() < Duration::from_secs(5), "{:?}", started.elapsed());
-    assert_eq!(mirror.inspect("{{.State.ExitCode}}"), "0", "{}", mirror.logs());
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        mirror.inspect("{{.State.ExitCode}}"),
+        "0",
+        "{}",
+        mirror.logs()
+    );
 }

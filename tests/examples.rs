@@ -262,10 +262,25 @@ fn the_compose_example_keeps_the_timing_rule_and_a_patient_probe() {
     // its port is published on web, whose namespace it is.
     let mirror = &compose["services"]["readiness-mirror"];
     assert_eq!(mirror["network_mode"], "service:web");
-    let watched = mirror["environment"]["LIFEGUARD_MIRROR_READY_PORT"].as_str().unwrap();
-    assert_eq!(Some(watched.to_string()), env.iter().find(|(k, _)| k == "LIFEGUARD_READY_PORT").map(|(_, v)| v.clone()));
-    assert!(mirror.get("ports").is_none(), "network_mode: service:web takes no ports");
-    assert!(strings(&web["ports"]).iter().any(|p| p.ends_with(":9597:9597")), "{web}");
+    let watched = mirror["environment"]["LIFEGUARD_MIRROR_READY_PORT"]
+        .as_str()
+        .unwrap();
+    assert_eq!(
+        Some(watched.to_string()),
+        env.iter()
+            .find(|(k, _)| k == "LIFEGUARD_READY_PORT")
+            .map(|(_, v)| v.clone())
+    );
+    assert!(
+        mirror.get("ports").is_none(),
+        "network_mode: service:web takes no ports"
+    );
+    assert!(
+        strings(&web["ports"])
+            .iter()
+            .any(|p| p.ends_with(":9597:9597")),
+        "{web}"
+    );
     assert_eq!(mirror["user"], "65534");
     assert!(
         seconds(check["timeout"].as_str().unwrap()) >= 2.0,
@@ -311,7 +326,10 @@ fn the_ecs_emf_variant_publishes_through_its_logs_with_the_same_contract() {
     lifeguard_accepts(&strings(&emf["command"]), &emf_env);
     // The same readiness mirror beside it.
     let mirrors = |file: &str| doc(&all, file, None)["containerDefinitions"][1].clone();
-    assert_eq!(mirrors("ecs/task-definition.json"), mirrors("ecs/task-definition-emf.json"));
+    assert_eq!(
+        mirrors("ecs/task-definition.json"),
+        mirrors("ecs/task-definition-emf.json")
+    );
 }
 
 #[test]
@@ -481,7 +499,10 @@ fn the_mirror_container_serves_the_ready_port(
         flag(app_args, "ready-port"),
         "the mirror watches the app's ready port"
     );
-    assert_eq!(mirror["portMappings"][0]["containerPort"], f64::from(checked));
+    assert_eq!(
+        mirror["portMappings"][0]["containerPort"],
+        f64::from(checked)
+    );
     assert_eq!(mirror["essential"], false);
     assert_eq!(mirror["restartPolicy"]["enabled"], true);
     assert!(mirror.get("dependsOn").is_none(), "{mirror}");

@@ -85,13 +85,23 @@ fn it_follows_the_app_containers_ready_port_from_start_to_exit() {
         TcpStream::connect(("127.0.0.1", ready)).ok()
     });
     let took = time_until(mirror_port, 200, "the mirror to answer 200");
-    assert!(took < WITHIN_ONE_LOOK, "200 only {took:?} after the ready port listened");
+    assert!(
+        took < WITHIN_ONE_LOOK,
+        "200 only {took:?} after the ready port listened"
+    );
     mirror.expect_log("the app's ready port listens: /readyz answers 200");
     // SIGTERM to the app's lifeguard: its ready port closes at once, the mirror follows
     // while the app still runs (its drain is 3 s).
     app.signal(libc::SIGTERM);
-    let took = time_until(mirror_port, 503, "the mirror to answer 503 after the SIGTERM");
-    assert!(took < WITHIN_ONE_LOOK, "503 only {took:?} after the SIGTERM");
+    let took = time_until(
+        mirror_port,
+        503,
+        "the mirror to answer 503 after the SIGTERM",
+    );
+    assert!(
+        took < WITHIN_ONE_LOOK,
+        "503 only {took:?} after the SIGTERM"
+    );
     assert!(alive(app.app_pid()), "the app runs on through the drain");
     app.expect_exit(0);
     assert_eq!(readyz(mirror_port), 503);
@@ -114,8 +124,15 @@ fn it_turns_not_ready_within_a_look_of_the_apps_exit() {
     app.ready();
     time_until(mirror_port, 200, "the mirror to answer 200");
     send(app.app_pid(), libc::SIGUSR1);
-    let took = time_until(mirror_port, 503, "the mirror to answer 503 after the app's exit");
-    assert!(took < WITHIN_ONE_LOOK + Duration::from_millis(400), "{took:?}");
+    let took = time_until(
+        mirror_port,
+        503,
+        "the mirror to answer 503 after the app's exit",
+    );
+    assert!(
+        took < WITHIN_ONE_LOOK + Duration::from_millis(400),
+        "{took:?}"
+    );
     app.expect_exit(0);
     mirror.signal(libc::SIGTERM);
     mirror.expect_exit(0);
@@ -152,7 +169,11 @@ fn a_host_narrows_the_listeners_that_count() {
     time_until(on_it, 200, "the mirror on 127.0.0.1 to answer 200");
     time_until(elsewhere, 503, "the mirror on 127.0.0.2 to answer");
     for _ in 0..20 {
-        assert_eq!(readyz(elsewhere), 503, "a listener on 127.0.0.1 is not 127.0.0.2's");
+        assert_eq!(
+            readyz(elsewhere),
+            503,
+            "a listener on 127.0.0.1 is not 127.0.0.2's"
+        );
     }
     for run in [&mut a, &mut b] {
         run.signal(libc::SIGTERM);
@@ -231,7 +252,11 @@ fn refused(args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
 fn usage_errors_name_the_flag_or_variable_and_what_it_takes() {
     let rows: &[(&[&str], &[(&str, &str)], &str)] = &[
         (&["--mirror-ready-port", "65536"], &[], "is not a TCP port"),
-        (&["--mirror-ready-port", "9596", "--", "app"], &[], "takes no COMMAND"),
+        (
+            &["--mirror-ready-port", "9596", "--", "app"],
+            &[],
+            "takes no COMMAND",
+        ),
         (
             &["--mirror-ready-port", "9596", "--inflight-port", "8080"],
             &[],
@@ -263,7 +288,10 @@ fn usage_errors_name_the_flag_or_variable_and_what_it_takes() {
     let addr = taken.local_addr().unwrap().to_string();
     let (code, stderr) = refused(&["--mirror-ready-port", "9596", "--listen", &addr], &[]);
     assert_eq!(code, 125, "{stderr}");
-    assert!(stderr.contains(&format!("cannot listen on {addr}")), "{stderr}");
+    assert!(
+        stderr.contains(&format!("cannot listen on {addr}")),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -273,7 +301,12 @@ fn the_variable_alone_runs_the_mirror() {
     let mut mirror = start_with(Mode::Subreaper, &["--listen", &listen], |c| {
         c.env("LIFEGUARD_MIRROR_READY_PORT", "9");
     });
-    wait_for_answer(mirror_port, "/readyz", 503, "not ready: nothing listens on port 9");
+    wait_for_answer(
+        mirror_port,
+        "/readyz",
+        503,
+        "not ready: nothing listens on port 9",
+    );
     mirror.signal(libc::SIGTERM);
     mirror.expect_exit(0);
 }
@@ -290,7 +323,10 @@ fn a_port_never_seen_is_said_once_with_its_likely_cause() {
             .into_iter()
             .find(|l| l.contains("nothing has listened on port"))
     });
-    assert!(started.elapsed() >= Duration::from_secs(59), "said too soon");
+    assert!(
+        started.elapsed() >= Duration::from_secs(59),
+        "said too soon"
+    );
     assert!(
         line.contains("ECS bridge mode") && line.contains(&format!("--ready-port {watched}")),
         "{line}"
@@ -298,7 +334,10 @@ fn a_port_never_seen_is_said_once_with_its_likely_cause() {
     mirror.signal(libc::SIGTERM);
     mirror.expect_exit(0);
     let said = mirror.stderr();
-    let times = said.iter().filter(|l| l.contains("nothing has listened")).count();
+    let times = said
+        .iter()
+        .filter(|l| l.contains("nothing has listened"))
+        .count();
     assert_eq!(times, 1, "{said:?}");
 }
 
@@ -394,7 +433,11 @@ impl Drop for Task {
     fn drop(&mut self) {
         for dir in self.children.iter().chain([&self.parent]) {
             let _ = std::fs::write(
-                dir.join(if self.v2 { "cpu.max" } else { "cpu.cfs_quota_us" }),
+                dir.join(if self.v2 {
+                    "cpu.max"
+                } else {
+                    "cpu.cfs_quota_us"
+                }),
                 if self.v2 { "max" } else { "-1" },
             );
         }
@@ -469,19 +512,39 @@ fn at_the_peak_the_mirror_answers_every_check_from_a_sibling_cgroup() {
     let mirror_listen = listen_flag(mirror_port);
     let mut mirror = start_under(
         Mode::Subreaper,
-        &Task::wrapper(&mirror_group).iter().map(String::as_str).collect::<Vec<_>>(),
-        &["--mirror-ready-port", &ready_text, "--listen", &mirror_listen],
+        &Task::wrapper(&mirror_group)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
+        &[
+            "--mirror-ready-port",
+            &ready_text,
+            "--listen",
+            &mirror_listen,
+        ],
     );
     let app = start_under(
         Mode::Subreaper,
-        &Task::wrapper(&app_group).iter().map(String::as_str).collect::<Vec<_>>(),
+        &Task::wrapper(&app_group)
+            .iter()
+            .map(String::as_str)
+            .collect::<Vec<_>>(),
         &args(
-            &["--listen", &listen, "--ready-port", &ready_text, "--drain-delay", "0"],
+            &[
+                "--listen",
+                &listen,
+                "--ready-port",
+                &ready_text,
+                "--drain-delay",
+                "0",
+            ],
             &["--burn-threads", "300"],
         ),
     );
     app.ready();
-    wait_until_patient(Duration::from_secs(60), || (readyz(mirror_port) == 200).then_some(()));
+    wait_until_patient(Duration::from_secs(60), || {
+        (readyz(mirror_port) == 200).then_some(())
+    });
     let throttled_before = task.throttled();
     let length = Duration::from_secs(60);
     let every = Duration::from_millis(500);
@@ -503,7 +566,10 @@ fn at_the_peak_the_mirror_answers_every_check_from_a_sibling_cgroup() {
         in_group.len(),
         p99(&in_group),
     );
-    assert!(throttled > 100, "the task was not at its quota: throttled {throttled} times");
+    assert!(
+        throttled > 100,
+        "the task was not at its quota: throttled {throttled} times"
+    );
     assert_eq!(failed(&beside), 0, "the mirror missed checks at the peak");
     // The app is not the point here: killed with everything it runs.
     drop(app);

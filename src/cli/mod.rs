@@ -748,16 +748,31 @@ mod tests {
     #[test]
     fn the_mirror_takes_its_port_and_a_listen_of_its_own() {
         let m = mirror_ok(&["--mirror-ready-port", "9596"], &[]);
-        assert_eq!(m.watched, MirrorPort { host: None, port: 9596 });
+        assert_eq!(
+            m.watched,
+            MirrorPort {
+                host: None,
+                port: 9596
+            }
+        );
         assert_eq!(m.listen, ListenAt::Any(MIRROR_DEFAULT_PORT));
         let m = mirror_ok(
-            &["--mirror-ready-port=[::1]:9596", "--listen", "127.0.0.1:8081", "-v"],
+            &[
+                "--mirror-ready-port=[::1]:9596",
+                "--listen",
+                "127.0.0.1:8081",
+                "-v",
+            ],
             &[("METRICS_NAMESPACE", "web")],
         );
         assert_eq!(m.watched.host, Some("::1".parse().unwrap()));
         assert_eq!(m.listen, ListenAt::Addr("127.0.0.1:8081".parse().unwrap()));
         assert_eq!(m.log_level, Level::Info);
-        assert!(m.warnings[0].starts_with("METRICS_NAMESPACE ignored"), "{:?}", m.warnings);
+        assert!(
+            m.warnings[0].starts_with("METRICS_NAMESPACE ignored"),
+            "{:?}",
+            m.warnings
+        );
         // A probe in the mirror's image asks the mirror's port (the variable's case is
         // tested on the binary: clap reads the twins from the process environment).
         let probe = ok(&["--probe", "live", "--mirror-ready-port", "9596"], &[]);
@@ -768,15 +783,38 @@ mod tests {
     fn the_mirror_refuses_what_it_cannot_honour_by_name() {
         let rows: &[(&[&str], &[(&str, &str)], &str)] = &[
             (&["--mirror-ready-port", "0"], &[], "'0' is not a TCP port"),
-            (&["--mirror-ready-port", "70000"], &[], "expected the app container's ready port"),
-            (&["--mirror-ready-port", "web:9596"], &[], "'web' is not an IP address"),
-            (&["--mirror-ready-port", "9596", "--", "app"], &[], "takes no COMMAND (got 'app')"),
             (
-                &["--mirror-ready-port", "9596", "--ready-port", "9000", "--drain-delay", "1s"],
+                &["--mirror-ready-port", "70000"],
+                &[],
+                "expected the app container's ready port",
+            ),
+            (
+                &["--mirror-ready-port", "web:9596"],
+                &[],
+                "'web' is not an IP address",
+            ),
+            (
+                &["--mirror-ready-port", "9596", "--", "app"],
+                &[],
+                "takes no COMMAND (got 'app')",
+            ),
+            (
+                &[
+                    "--mirror-ready-port",
+                    "9596",
+                    "--ready-port",
+                    "9000",
+                    "--drain-delay",
+                    "1s",
+                ],
                 &[],
                 "--drain-delay, --ready-port cannot apply to the readiness mirror",
             ),
-            (&["--mirror-ready-port", "9596", "--listen", "off"], &[], "--listen off leaves"),
+            (
+                &["--mirror-ready-port", "9596", "--listen", "off"],
+                &[],
+                "--listen off leaves",
+            ),
             (
                 &["--mirror-ready-port", "9597"],
                 &[],

@@ -177,7 +177,9 @@ pub(super) fn parse_mirror_port(text: &str) -> Result<(String, u16), String> {
         Some((host, port)) => {
             let host = host.trim_start_matches('[').trim_end_matches(']');
             if host.parse::<std::net::IpAddr>().is_err() {
-                return Err(format!("'{text}': '{host}' is not an IP address: {accepted}"));
+                return Err(format!(
+                    "'{text}': '{host}' is not an IP address: {accepted}"
+                ));
             }
             (host, port)
         }

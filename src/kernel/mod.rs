@@ -27,8 +27,7 @@ pub use process::{
 };
 pub use ready_port::{bound_socket, no_ipv6, ReadyPort};
 pub use signal_inbox::{
-    hear_children, reblock_every_signal, signal_pending, spawn_thread, Received, SignalInbox,
-    Woke,
+    hear_children, reblock_every_signal, signal_pending, spawn_thread, Received, SignalInbox, Woke,
 };
 pub use stdio::{write_whole, QuickStderr};
 pub use terminal::{release_terminal, restore_terminal, stop_with_app, AppTerminal};

@@ -179,7 +179,9 @@ mod tests {
         assert_eq!(read_head(&long), Head::TooLarge, "unfinished at the limit");
         long.extend_from_slice(b"\r\n\r\n");
         assert_eq!(read_head(&long), Head::TooLarge, "finished past it");
-        let many: String = (0..MAX_HEADERS + 1).map(|i| format!("X{i}: y\r\n")).collect();
+        let many: String = (0..MAX_HEADERS + 1)
+            .map(|i| format!("X{i}: y\r\n"))
+            .collect();
         let many = format!("GET /readyz HTTP/1.1\r\n{many}\r\n");
         assert_eq!(read_head(many.as_bytes()), Head::TooLarge);
     }

@@ -101,7 +101,11 @@ impl Look {
         if self.seen || self.unseen_said {
             return None;
         }
-        Some(self.last.as_ref().map_or(self.started, |(at, _)| *at + WATCH_EVERY))
+        Some(
+            self.last
+                .as_ref()
+                .map_or(self.started, |(at, _)| *at + WATCH_EVERY),
+        )
     }
 
     /// The watch's turn: a look, and the warning once the port has gone unseen since the
@@ -189,7 +193,11 @@ mod tests {
         assert_eq!(look.take(t0), Ok(true));
         assert_eq!(look.readiness(t0).0, 200);
         drop(listener);
-        assert_eq!(look.readiness(t0 + MAX_AGE).0, 200, "a look MAX_AGE old serves");
+        assert_eq!(
+            look.readiness(t0 + MAX_AGE).0,
+            200,
+            "a look MAX_AGE old serves"
+        );
         let (code, body) = look.readiness(t0 + MAX_AGE + Duration::from_millis(1));
         assert_eq!(
             (code, body),

@@ -173,7 +173,10 @@ fn bind(listen: &ListenAt) -> anyhow::Result<Vec<(TcpListener, SocketAddr)>> {
             listener.set_nonblocking(true)?;
             Ok(listener)
         });
-        listeners.push((listening.with_context(|| format!("cannot listen on {addr}"))?, addr));
+        listeners.push((
+            listening.with_context(|| format!("cannot listen on {addr}"))?,
+            addr,
+        ));
     }
     Ok(listeners)
 }
@@ -309,7 +312,11 @@ impl Table {
         };
         let mut fds = Vec::with_capacity(1 + listeners.len() + self.conns.len());
         fds.push(PollFd::new(inbox.as_fd(), PollFlags::POLLIN));
-        fds.extend(listeners.iter().map(|l| PollFd::new(l.as_fd(), PollFlags::POLLIN)));
+        fds.extend(
+            listeners
+                .iter()
+                .map(|l| PollFd::new(l.as_fd(), PollFlags::POLLIN)),
+        );
         fds.extend(
             self.conns
                 .iter()
@@ -321,9 +328,15 @@ impl Table {
             // descriptions would add kilobytes to the binary for this one line.
             Err(err) => return Err(io::Error::from(err)).context("waiting in poll"),
         }
-        let mut revents = fds.iter().map(|f| f.revents().unwrap_or(PollFlags::empty()));
+        let mut revents = fds
+            .iter()
+            .map(|f| f.revents().unwrap_or(PollFlags::empty()));
         let signalled = revents.next().is_some_and(|r| !r.is_empty());
-        let listening = revents.by_ref().take(listeners.len()).map(|r| !r.is_empty()).collect();
+        let listening = revents
+            .by_ref()
+            .take(listeners.len())
+            .map(|r| !r.is_empty())
+            .collect();
         Ok((signalled, listening, revents.collect()))
     }
 

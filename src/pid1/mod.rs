@@ -244,7 +244,9 @@ fn why_not_run(program: &str, err: &std::io::Error) -> String {
 fn endpoint_addresses(listen: &cli::Listen) -> anyhow::Result<Hosts> {
     let (addrs, any) = match &listen.at {
         Some(cli::ListenAt::Addr(addr)) => (vec![*addr], false),
-        Some(cli::ListenAt::Name { host, port }) => (crate::lookup::for_listen(host, *port)?, false),
+        Some(cli::ListenAt::Name { host, port }) => {
+            (crate::lookup::for_listen(host, *port)?, false)
+        }
         Some(cli::ListenAt::Any(port)) => (vec![dual_stack(*port)], true),
         None => (vec![dual_stack(cli::DEFAULT_PORT)], true),
     };
