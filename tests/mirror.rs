@@ -263,11 +263,6 @@ fn usage_errors_name_the_flag_or_variable_and_what_it_takes() {
             "--inflight-port cannot apply to the readiness mirror",
         ),
         (
-            &["--mirror-ready-port", "9596"],
-            &[("LIFEGUARD_DRAIN_DELAY", "2s")],
-            "LIFEGUARD_DRAIN_DELAY cannot apply to the readiness mirror",
-        ),
-        (
             &[],
             &[("LIFEGUARD_MIRROR_READY_PORT", "x")],
             "(the value comes from the environment variable LIFEGUARD_MIRROR_READY_PORT)",
@@ -298,8 +293,11 @@ fn usage_errors_name_the_flag_or_variable_and_what_it_takes() {
 fn the_variable_alone_runs_the_mirror() {
     let mirror_port = free_port();
     let listen = listen_flag(mirror_port);
+    // An environment shared with the app's container (a pod's envFrom, compose's
+    // env_file) brings the app's variables along: said, not refused.
     let mut mirror = start_with(Mode::Subreaper, &["--listen", &listen], |c| {
-        c.env("LIFEGUARD_MIRROR_READY_PORT", "9");
+        c.env("LIFEGUARD_MIRROR_READY_PORT", "9")
+            .env("LIFEGUARD_DRAIN_DELAY", "2s");
     });
     wait_for_answer(
         mirror_port,
@@ -307,6 +305,7 @@ fn the_variable_alone_runs_the_mirror() {
         503,
         "not ready: nothing listens on port 9",
     );
+    mirror.expect_log("LIFEGUARD_DRAIN_DELAY ignored: the readiness mirror runs no app");
     mirror.signal(libc::SIGTERM);
     mirror.expect_exit(0);
 }
@@ -573,6 +572,67 @@ fn at_the_peak_the_mirror_answers_every_check_from_a_sibling_cgroup() {
     assert_eq!(failed(&beside), 0, "the mirror missed checks at the peak");
     // The app is not the point here: killed with everything it runs.
     drop(app);
+    mirror.signal(libc::SIGTERM);
+    mirror.expect_exit(0);
+}
+
+#[test]
+fn its_http_keeps_the_endpoints_limits() {
+    let mirror_port = free_port();
+    let mut mirror = start_mirror("9", mirror_port, &[]);
+    time_until(mirror_port, 503, "the mirror to answer");
+    let connect = || {
+        let stream = TcpStream::connect(("127.0.0.1", mirror_port)).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        stream
+    };
+    // 300 pipelined requests in one write, the client then waiting for every answer:
+    // all come, on the one connection, with no more sent.
+    let mut pipelined = connect();
+    let one = "GET /livez HTTP/1.1\r\nHost: x\r\n\r\n";
+    pipelined.write_all(one.repeat(300).as_bytes()).unwrap();
+    let (mut got, mut answers, started) = (Vec::new(), 0, Instant::now());
+    let mut buf = [0u8; 65536];
+    while answers < 300 {
+        let n = pipelined
+            .read(&mut buf)
+            .expect("the answers stopped coming");
+        assert!(n > 0, "closed after {answers} answers");
+        got.extend_from_slice(&buf[..n]);
+        answers = String::from_utf8_lossy(&got)
+            .matches("HTTP/1.1 200 OK")
+            .count();
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    // A head past 16 KiB: 431, and the connection ends with the answer, not a reset.
+    let mut large = connect();
+    let head = format!("GET /readyz HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(20_000));
+    let _ = large.write_all(head.as_bytes());
+    let mut text = String::new();
+    large
+        .read_to_string(&mut text)
+        .expect("the answer, then the end");
+    assert!(text.starts_with("HTTP/1.1 431 "), "{text}");
+    // Other methods and paths.
+    assert_eq!(request(mirror_port, "POST", "/readyz").unwrap().0, 405);
+    assert_eq!(request(mirror_port, "GET", "/metrics").unwrap().0, 404);
+    // A head that never ends is closed within the 5 s it has.
+    let mut slow = connect();
+    slow.write_all(b"GET /readyz HTTP/1.1\r\nHost:").unwrap();
+    let started = Instant::now();
+    let n = slow.read(&mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "an answer to half a head");
+    let took = started.elapsed();
+    assert!(
+        took > Duration::from_secs(4) && took < Duration::from_secs(8),
+        "{took:?}"
+    );
     mirror.signal(libc::SIGTERM);
     mirror.expect_exit(0);
 }

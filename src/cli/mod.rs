@@ -328,7 +328,10 @@ fn mirror(
             watched.port
         ));
     }
-    let mut given: Vec<String> = Vec::new();
+    // Flags on the mirror's own command line are refused; variables only warned of, as
+    // they may come from an environment shared with the app's container (a pod's
+    // `envFrom`, compose's `env_file`).
+    let (mut given, mut ignored) = (Vec::new(), Vec::new());
     for arg in Cli::command().get_arguments() {
         let id = arg.get_id().as_str();
         if !APP_SIDE.contains(&id) {
@@ -338,10 +341,8 @@ fn mirror(
             Some(ValueSource::CommandLine) => {
                 given.push(format!("--{}", arg.get_long().unwrap_or(id)))
             }
-            // METRICS_SINK is the CloudWatch contract's, which may be set for a whole
-            // task: ignored below with the other METRICS_* variables.
-            Some(ValueSource::EnvVariable) if id != "metrics_sink" => {
-                given.extend(arg.get_env().map(|e| e.to_string_lossy().into_owned()))
+            Some(ValueSource::EnvVariable) => {
+                ignored.extend(arg.get_env().map(|e| e.to_string_lossy().into_owned()))
             }
             _ => {}
         }
@@ -370,18 +371,29 @@ fn mirror(
             watched.port
         ));
     }
-    let mut ignored = Vec::new();
     for name in [
         "METRICS_NAMESPACE",
-        "METRICS_SINK",
         "METRICS_INTERVAL",
         "METRICS_DIMENSIONS",
         "METRICS_BURST_THRESHOLD",
         "METRICS_EXTRA",
     ] {
         if lookup(name).is_some_and(|v| !v.trim().is_empty()) {
-            ignored.push(name);
+            ignored.push(name.to_string());
         }
+    }
+    let mut warnings = Vec::new();
+    if !ignored.is_empty() {
+        warnings.push(format!(
+            "{} ignored: the readiness mirror runs no app",
+            ignored.join(", ")
+        ));
+    }
+    if watched.port == DEFAULT_PORT {
+        warnings.push(format!(
+            "--mirror-ready-port {DEFAULT_PORT} is lifeguard's own endpoint, ready before \
+             the app is: watch the app's --ready-port"
+        ));
     }
     Ok(Mirror {
         watched,
@@ -390,15 +402,7 @@ fn mirror(
         warn_on_reap: cli.warn_on_reap,
         log_level: log_level(cli.verbose, cli.quiet, lookup)?,
         log_format: cli.log_format,
-        warnings: (!ignored.is_empty())
-            .then(|| {
-                format!(
-                    "{} ignored: the readiness mirror publishes no metrics",
-                    ignored.join(", ")
-                )
-            })
-            .into_iter()
-            .collect(),
+        warnings,
     })
 }
 
@@ -773,6 +777,14 @@ mod tests {
             "{:?}",
             m.warnings
         );
+        let m = mirror_ok(&["--mirror-ready-port", "[::]:9596"], &[]);
+        assert_eq!(m.watched.host, None, "an unspecified HOST is any address");
+        let m = mirror_ok(&["--mirror-ready-port", "9595"], &[]);
+        assert!(
+            m.warnings[0].contains("lifeguard's own endpoint"),
+            "{:?}",
+            m.warnings
+        );
         // A probe in the mirror's image asks the mirror's port (the variable's case is
         // tested on the binary: clap reads the twins from the process environment).
         let probe = ok(&["--probe", "live", "--mirror-ready-port", "9596"], &[]);
@@ -792,6 +804,16 @@ mod tests {
                 &["--mirror-ready-port", "web:9596"],
                 &[],
                 "'web' is not an IP address",
+            ),
+            (
+                &["--mirror-ready-port", "::1:9596"],
+                &[],
+                "'::1' is not an IP address",
+            ),
+            (
+                &["--mirror-ready-port", "+9596"],
+                &[],
+                "'+9596' is not a TCP port",
             ),
             (
                 &["--mirror-ready-port", "9596", "--", "app"],

@@ -175,26 +175,43 @@ pub(super) fn parse_mirror_port(text: &str) -> Result<(String, u16), String> {
     let trimmed = text.trim();
     let (host, port) = match trimmed.rsplit_once(':') {
         Some((host, port)) => {
-            let host = host.trim_start_matches('[').trim_end_matches(']');
-            if host.parse::<std::net::IpAddr>().is_err() {
-                return Err(format!(
-                    "'{text}': '{host}' is not an IP address: {accepted}"
-                ));
+            // An IPv6 address in brackets, as in a URL: `::1:9596` would be ambiguous.
+            let bare = match host.strip_prefix('[') {
+                Some(inner) => inner.strip_suffix(']'),
+                None => (!host.contains(':') && !host.contains(']')).then_some(host),
+            };
+            match bare.filter(|h| h.parse::<std::net::IpAddr>().is_ok()) {
+                Some(bare) => (bare, port),
+                None => {
+                    return Err(format!(
+                        "'{text}': '{host}' is not an IP address: {accepted}"
+                    ))
+                }
             }
-            (host, port)
         }
         None => ("", trimmed),
     };
     match port.parse::<u32>() {
-        Ok(port @ 1..=65535) => Ok((host.to_string(), port as u16)),
+        Ok(port @ 1..=65535) if !port_has_sign(text) => Ok((host.to_string(), port as u16)),
         _ => Err(format!("'{text}' is not a TCP port: {accepted}")),
     }
 }
 
+/// `+9596`: u32's parser takes the sign; a port is written without one.
+fn port_has_sign(text: &str) -> bool {
+    text.rsplit(':')
+        .next()
+        .is_some_and(|p| p.trim().starts_with('+'))
+}
+
 /// The mirror's port from what `parse_mirror_port` accepted.
+/// An unspecified HOST (`0.0.0.0`, `[::]`) is any address, as a listener's is.
 pub(super) fn mirror_port((host, port): (String, u16)) -> MirrorPort {
     MirrorPort {
-        host: host.parse().ok(),
+        host: host
+            .parse::<std::net::IpAddr>()
+            .ok()
+            .filter(|ip| !ip.is_unspecified()),
         port,
     }
 }

@@ -80,6 +80,13 @@ pub fn read_head(buf: &[u8]) -> Head {
     }
 }
 
+/// Whether `bytes` (what arrived since the last look, with the three bytes before it)
+/// hold a blank line, so a head ending in them can be whole. httparse takes a bare LF
+/// as a line end too.
+pub fn may_end_head(bytes: &[u8]) -> bool {
+    bytes.windows(2).any(|w| w == b"\n\n") || bytes.windows(3).any(|w| w == b"\n\r\n")
+}
+
 /// Appends an answer: `status`, the one-line `body` (a newline added), and whether the
 /// connection ends after it.
 pub fn answer(out: &mut Vec<u8>, status: u16, body: &str, head_only: bool, close: bool) {
@@ -196,6 +203,14 @@ mod tests {
             read_head(&two[len..]),
             request(Route::Live, false, false, 23)
         );
+    }
+
+    #[test]
+    fn a_head_can_end_only_where_a_blank_line_has_arrived() {
+        assert!(may_end_head(b"Host: x\r\n\r\n"));
+        assert!(may_end_head(b"\n\n"));
+        assert!(!may_end_head(b"GET /readyz HTTP/1.1\r\nHost: x\r\n"));
+        assert!(!may_end_head(b""));
     }
 
     #[test]

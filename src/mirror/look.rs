@@ -64,9 +64,10 @@ impl Look {
     /// A new look, and a line where it differs from the last one.
     pub fn take(&mut self, now: Instant) -> Found {
         let watched = self.watched;
-        let found = self
-            .listeners
-            .now()
+        // Once more on a failure, on a new socket: a dump cut by a throttled period
+        // (its deadline is wall-clock time) is no reason for a 503.
+        let found = (self.listeners.now())
+            .or_else(|_| self.listeners.now())
             .map(|listening| listening.iter().any(|at| covers(watched.host, *at)))
             .map_err(|err| format!("cannot read the socket table (sock_diag netlink): {err}"));
         let port = watched.port;
@@ -91,6 +92,21 @@ impl Look {
             ),
         }
         self.seen |= found == Ok(true);
+        // Checked at every look, not the watch's alone: checks that come faster than
+        // the watch's second would otherwise keep it from ever being due.
+        if found == Ok(false) && unseen_too_long(self.seen, self.started, now) && !self.unseen_said
+        {
+            self.unseen_said = true;
+            logging::warn(
+                format!(
+                    "nothing has listened on port {port} here for {}: the mirror must share \
+                     the app container's network namespace (not so in ECS bridge mode), and \
+                     the app's lifeguard run with --ready-port {port}",
+                    crate::seconds::human(UNSEEN_WARNING),
+                ),
+                &[],
+            );
+        }
         self.last = Some((now, found.clone()));
         found
     }
@@ -108,25 +124,10 @@ impl Look {
         )
     }
 
-    /// The watch's turn: a look, and the warning once the port has gone unseen since the
-    /// start for `UNSEEN_WARNING`.
+    /// The watch's turn: a look when one is due (`take` says the warning).
     pub fn watch(&mut self, now: Instant) {
-        if self.next_watch().is_none_or(|due| now < due) {
-            return;
-        }
-        let _ = self.take(now);
-        if unseen_too_long(self.seen, self.started, now) && !self.unseen_said {
-            self.unseen_said = true;
-            logging::warn(
-                format!(
-                    "nothing has listened on port {port} here for {}: the mirror must share \
-                     the app container's network namespace (not so in ECS bridge mode), and \
-                     the app's lifeguard run with --ready-port {port}",
-                    crate::seconds::human(UNSEEN_WARNING),
-                    port = self.watched.port,
-                ),
-                &[],
-            );
+        if self.next_watch().is_some_and(|due| now >= due) {
+            let _ = self.take(now);
         }
     }
 }

@@ -47,7 +47,7 @@ const MAX_DESCRIPTORS: u64 = 2048;
 const RESERVED_DESCRIPTORS: u64 = 64;
 /// Answers a connection may have waiting unread before its requests are left unread
 /// too: a client that pipelines and never reads costs this much, not more.
-const MAX_WAITING_OUTPUT: usize = 16 * 1024;
+const MAX_WAITING_OUTPUT: usize = 4096;
 /// Connections taken off one listener's queue in one turn.
 const ACCEPTS_PER_TURN: usize = 64;
 /// Socket buffers asked of the kernel for the connections: room for the largest head,
@@ -68,6 +68,9 @@ pub fn run(settings: Mirror) -> anyhow::Result<ExitCode> {
         }
     }
     let listeners = bind(&settings.listen)?;
+    // The C library may have unblocked its reserved signals if a thread was started
+    // (the log writer, the --listen lookup): block them again, once.
+    kernel::reblock_every_signal();
     let limit = kernel::raise_descriptor_limit(MAX_DESCRIPTORS);
     let cap = (limit.saturating_sub(RESERVED_DESCRIPTORS) as usize).clamp(1, MAX_CONNECTIONS);
     let port = settings.watched.port;
@@ -102,7 +105,8 @@ pub fn run(settings: Mirror) -> anyhow::Result<ExitCode> {
         if signalled {
             inbox.take_all(&mut signals).context("reading signals")?;
             for received in signals.drain(..) {
-                if let Some(code) = on_signal(received.signal, settings.warn_on_reap) {
+                let stop = Some(received.signal) == settings.pdeathsig;
+                if let Some(code) = on_signal(received.signal, stop, settings.warn_on_reap) {
                     return Ok(code);
                 }
             }
@@ -121,10 +125,12 @@ pub fn run(settings: Mirror) -> anyhow::Result<ExitCode> {
 /// How soon the loop wakes to write log lines stderr did not take at once.
 const PENDING_LOG: Duration = Duration::from_millis(10);
 
-/// A signal's effect: the exit code for a stop; children reaped for SIGCHLD; the rest
-/// are nobody's (the mirror runs no app).
-fn on_signal(signal: Signal, warn_on_reap: bool) -> Option<ExitCode> {
+/// A signal's effect: the exit code for a stop (SIGTERM, SIGINT, SIGQUIT, or `stop`:
+/// the `--pdeathsig` signal); children reaped for SIGCHLD; the rest are nobody's (the
+/// mirror runs no app).
+fn on_signal(signal: Signal, stop: bool, warn_on_reap: bool) -> Option<ExitCode> {
     match signal {
+        _ if stop => Some(stopping(signal)),
         signal_names::CHLD => {
             while let kernel::Reaped::Child { pid, .. } = kernel::reap_one() {
                 if warn_on_reap {
@@ -135,19 +141,21 @@ fn on_signal(signal: Signal, warn_on_reap: bool) -> Option<ExitCode> {
             }
             None
         }
-        signal_names::TERM | signal_names::INT | QUIT => {
-            logging::info(
-                "the readiness mirror stops",
-                &[("signal", &signal.name()), ("exit_code", &0)],
-            );
-            Some(ExitCode::SUCCESS)
-        }
+        signal_names::TERM | signal_names::INT | QUIT => Some(stopping(signal)),
         // Nobody's: the mirror runs no app.
         _ => None,
     }
 }
 
 const QUIT: Signal = Signal(libc::SIGQUIT);
+
+fn stopping(signal: Signal) -> ExitCode {
+    logging::info(
+        "the readiness mirror stops",
+        &[("signal", &signal.name()), ("exit_code", &0)],
+    );
+    ExitCode::SUCCESS
+}
 
 /// The mirror's listeners: `[::]` dual-stack by default (`0.0.0.0` where the kernel has
 /// no IPv6), an address, or every address of a name. The port is all the mirror is for,
@@ -193,6 +201,8 @@ struct Conn {
     since: Instant,
     /// Ends once its answers are written (asked for, or the client is done sending).
     closing: bool,
+    /// How much of `input` has been looked at for the end of a head.
+    scanned: usize,
 }
 
 impl Conn {
@@ -220,11 +230,8 @@ impl Conn {
             && self.input.len() <= http::MAX_HEAD
         {
             match self.stream.read(&mut buf) {
-                Ok(0) => {
-                    // The client is done sending: answer what it sent, then end.
-                    self.closing = true;
-                    self.answer_heads(look, now);
-                }
+                // The client is done sending: what it sent is answered, then the end.
+                Ok(0) => self.closing = true,
                 Ok(n) => {
                     self.input.extend_from_slice(&buf[..n]);
                     self.answer_heads(look, now);
@@ -234,7 +241,29 @@ impl Conn {
                 Err(_) => return false,
             }
         }
-        self.answer_heads(look, now);
+        // Answers and writes until neither moves: pipelined heads left waiting for room
+        // are answered once the answers before them are out, not when the client next
+        // sends (it may wait for them and send nothing).
+        loop {
+            let waiting = self.answer_heads(look, now);
+            if !self.write_out(now) {
+                return false;
+            }
+            if !(waiting && self.output.is_empty()) {
+                break;
+            }
+        }
+        // A kept connection gives back what a burst of pipelined requests made it hold.
+        for buffer in [&mut self.input, &mut self.output] {
+            if buffer.is_empty() && buffer.capacity() > 4096 {
+                *buffer = Vec::new();
+            }
+        }
+        !(self.closing && self.output.is_empty())
+    }
+
+    /// Writes what the socket takes now; false when the connection failed.
+    fn write_out(&mut self, now: Instant) -> bool {
         while !self.output.is_empty() {
             match self.stream.write(&self.output) {
                 Ok(0) => return false,
@@ -247,14 +276,33 @@ impl Conn {
                 Err(_) => return false,
             }
         }
-        !(self.closing && self.output.is_empty())
+        if self.closing && self.output.is_empty() {
+            // The answer is out: say so before the close, so a client still sending
+            // (the rest of an oversized head) reads the answer rather than a reset.
+            let _ = self.stream.shutdown(std::net::Shutdown::Write);
+        }
+        true
     }
 
-    /// Every whole request head in the input, answered in order.
-    fn answer_heads(&mut self, look: &mut Look, now: Instant) {
-        while !self.input.is_empty() && self.output.len() < MAX_WAITING_OUTPUT {
+    /// Every whole request head in the input, answered in order. Returns whether whole
+    /// heads may still wait, for want of room for their answers.
+    fn answer_heads(&mut self, look: &mut Look, now: Instant) -> bool {
+        while !self.input.is_empty() {
+            if self.output.len() >= MAX_WAITING_OUTPUT {
+                return true;
+            }
+            // A head trickled in a byte at a time is parsed once it can be whole (a
+            // blank line has arrived), not again at every byte.
+            let from = self.scanned.saturating_sub(3);
+            if self.input.len() < http::MAX_HEAD && !http::may_end_head(&self.input[from..]) {
+                self.scanned = self.input.len();
+                return false;
+            }
             let (status, body, head_only, close, len) = match http::read_head(&self.input) {
-                Head::Partial => return,
+                Head::Partial => {
+                    self.scanned = self.input.len();
+                    return false;
+                }
                 Head::Request {
                     route,
                     head_only,
@@ -274,13 +322,15 @@ impl Conn {
             };
             http::answer(&mut self.output, status, &body, head_only, close);
             self.since = now;
+            self.scanned = 0;
             if close {
                 self.closing = true;
                 self.input.clear();
-                return;
+                return false;
             }
             self.input.drain(..len);
         }
+        false
     }
 }
 
@@ -349,9 +399,6 @@ impl Table {
         for _ in 0..ACCEPTS_PER_TURN {
             match listener.accept() {
                 Ok((stream, _)) => {
-                    if self.conns.len() >= self.cap {
-                        self.evict();
-                    }
                     if stream.set_nonblocking(true).is_err() {
                         continue;
                     }
@@ -361,8 +408,13 @@ impl Table {
                         output: Vec::new(),
                         since: now,
                         closing: false,
+                        scanned: 0,
                     };
+                    // A check answered and closed in its first turn takes no room.
                     if conn.turn(look, now) {
+                        if self.conns.len() >= self.cap {
+                            self.evict();
+                        }
                         self.conns.push(conn);
                     }
                 }
@@ -370,13 +422,15 @@ impl Table {
                 Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
                 // Out of descriptors (EMFILE, ENFILE): a connection makes room, as at
                 // the cap, or the queued one would wake every turn.
-                Err(err) => {
-                    logging::debug(format!("accept: {err}"), &[]);
-                    if self.conns.is_empty() {
-                        return;
-                    }
-                    self.evict();
+                Err(err)
+                    if matches!(err.raw_os_error(), Some(libc::EMFILE | libc::ENFILE))
+                        && !self.conns.is_empty() =>
+                {
+                    self.evict()
                 }
+                // A connection that failed before it was taken (ECONNABORTED, a
+                // network error): the queue is tried again next turn.
+                Err(_) => return,
             }
         }
     }
