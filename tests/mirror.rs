@@ -297,7 +297,8 @@ fn the_variable_alone_runs_the_mirror() {
     // env_file) brings the app's variables along: said, not refused.
     let mut mirror = start_with(Mode::Subreaper, &["--listen", &listen], |c| {
         c.env("LIFEGUARD_MIRROR_READY_PORT", "9")
-            .env("LIFEGUARD_DRAIN_DELAY", "2s");
+            .env("LIFEGUARD_DRAIN_DELAY", "2s")
+            .env("LIFEGUARD_LOG_FORMAT", "json");
     });
     wait_for_answer(
         mirror_port,
@@ -305,7 +306,9 @@ fn the_variable_alone_runs_the_mirror() {
         503,
         "not ready: nothing listens on port 9",
     );
-    mirror.expect_log("LIFEGUARD_DRAIN_DELAY ignored: the readiness mirror runs no app");
+    let line = mirror.expect_log("LIFEGUARD_DRAIN_DELAY ignored: the readiness mirror runs no app");
+    let json: serde_json::Value = serde_json::from_str(&line).expect("a JSON log line");
+    assert_eq!(json["level"], "warning", "{line}");
     mirror.signal(libc::SIGTERM);
     mirror.expect_exit(0);
 }
