@@ -8,6 +8,7 @@ mod board;
 mod cli;
 mod faults;
 mod helper;
+mod init;
 mod kernel;
 mod logging;
 mod lookup;

@@ -56,17 +56,7 @@ const SEND_BUFFER: usize = 16 * 1024;
 
 pub fn run(settings: Mirror) -> anyhow::Result<ExitCode> {
     // First, before any thread exists (the name lookup of --listen starts one).
-    let mut inbox = kernel::SignalInbox::block_all().context("blocking signals")?;
-    kernel::hear_children();
-    logging::start_writer();
-    if let Some(signal) = settings.pdeathsig {
-        kernel::set_parent_death_signal(signal).context("setting the parent-death signal")?;
-    }
-    if !kernel::is_pid1() {
-        if let Err(err) = kernel::become_subreaper() {
-            logging::warn(format!("cannot become a child subreaper: {err}"), &[]);
-        }
-    }
+    let mut inbox = crate::init::start(settings.pdeathsig)?;
     let listeners = bind(&settings.listen)?;
     // The C library may have unblocked its reserved signals if a thread was started
     // (the log writer, the --listen lookup): block them again, once.

@@ -69,19 +69,7 @@ pub fn supervise(
     sizes: EndpointSizes,
     helper: impl FnOnce(Sockets) -> Box<dyn HelperProcess>,
 ) -> anyhow::Result<u8> {
-    // First, before any thread exists: every thread started later inherits the mask.
-    let inbox = kernel::SignalInbox::block_all().context("blocking signals")?;
-    kernel::hear_children();
-    logging::start_writer();
-    if let Some(signal) = settings.pdeathsig {
-        kernel::set_parent_death_signal(signal).context("setting the parent-death signal")?;
-    }
-    if !kernel::is_pid1() {
-        // Not fatal: without it orphans go to the real init, which reaps them anyway.
-        if let Err(err) = kernel::become_subreaper() {
-            logging::warn(format!("cannot become a child subreaper: {err}"), &[]);
-        }
-    }
+    let inbox = crate::init::start(settings.pdeathsig)?;
     // Bound before the app starts, so an unusable explicit address stops everything
     // with 125 and nothing is left half-started.
     let mut hosts = endpoint_addresses(&settings.listen)?;
