@@ -1,5 +1,5 @@
 //! What each way of asking the kernel for a port's sockets costs (the table in
-//! src/helper/metrics/inflight/diag.rs): the median µs of one `InFlightReader::sample()` with
+//! src/sock_diag/diag.rs): the median µs of one `InFlightReader::sample()` with
 //! 100, 1,000 and 10,000 established loopback pairs open (two ESTABLISHED sockets each),
 //! sampling their port and another one, each way of the ladder (legacy or per family,
 //! with and without the kernel filter); and of reading /proc/net/tcp{,6} as `ss`-less
@@ -28,7 +28,7 @@ fn main() {
 /// The in-flight reader's files, mounted as lifeguard mounts them, and the benchmark
 /// beside them (the reader's constructor of one way is visible to its folder only).
 #[allow(dead_code)]
-#[path = "../src/helper/metrics/inflight"]
+#[path = "../src/sock_diag"]
 mod inflight {
     mod count;
     mod diag;

@@ -1,11 +1,13 @@
 //! Name lookups with a time limit, for `--listen` at start and `--probe`: the standard
 //! library's resolver (getaddrinfo) has no timeout of its own, so the lookup runs on a
 //! thread of its own and the caller waits at most its limit. A lookup left behind ends
-//! with the process (a probe exits; a start that timed out exits 125).
+//! with the process (a probe exits; a start that timed out exits 125). With them, what
+//! every client of lifeguard's (the probe, the helper's HTTP client) says of a host and
+//! of a network error.
 #![forbid(unsafe_code)]
 
 use std::io;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -67,4 +69,22 @@ pub fn for_listen(host: &str, port: u16) -> anyhow::Result<Vec<SocketAddr>> {
             crate::seconds::human(LISTEN_LOOKUP_LIMIT)
         ),
     }
+}
+
+/// `host` as an address (`[IPv6]` brackets allowed), or None when it is a name that
+/// needs a lookup (a blocking call, run on a runtime's one lookup thread).
+pub fn address(host: &str) -> Option<IpAddr> {
+    host.trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .ok()
+}
+
+/// "connection refused" rather than "Connection refused (os error 111)".
+pub fn short(err: &std::io::Error) -> String {
+    let text = err.to_string();
+    let text = text.split(" (os error").next().unwrap_or(&text);
+    // ASCII alone (the C library's and std's messages are): Unicode's case tables and
+    // final-sigma rule would cost the slim build kilobytes for nothing.
+    text.to_ascii_lowercase()
 }

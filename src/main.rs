@@ -17,7 +17,9 @@ mod panics;
 mod pid1;
 mod probe;
 mod seconds;
+mod settings;
 mod signal_names;
+mod sock_diag;
 
 use std::convert::Infallible;
 use std::io::Write;
@@ -43,10 +45,19 @@ fn main() -> ExitCode {
 }
 
 fn run() -> anyhow::Result<ExitCode> {
-    let settings = match cli::parse(std::env::args_os(), |name| std::env::var(name).ok()) {
-        Parsed::Run(settings) => settings,
+    let run = match cli::parse(std::env::args_os(), |name| std::env::var(name).ok()) {
+        Parsed::Run(run) => run,
+        Parsed::Probe(probe) => {
+            logging::init(probe.log.level, probe.log.format);
+            // A probe says nothing of unknown variables: it runs beside a lifeguard
+            // that has already said them.
+            for warning in &probe.warnings {
+                logging::warn(warning, &[]);
+            }
+            return Ok(ExitCode::from(probe::run(&probe)));
+        }
         Parsed::Mirror(mirror) => {
-            logging::init(mirror.log_level, mirror.log_format);
+            logging::init(mirror.log.level, mirror.log.format);
             warn_all(&mirror.warnings);
             return mirror::run(*mirror);
         }
@@ -63,43 +74,24 @@ fn run() -> anyhow::Result<ExitCode> {
             return Ok(ExitCode::from(code));
         }
     };
-    logging::init(settings.log_level, settings.log_format);
-    if settings.probe.is_none() {
-        warn_all(&settings.warnings);
-    } else {
-        for warning in &settings.warnings {
-            logging::warn(warning, &[]);
-        }
-    }
-    if let Some((target, timeout)) = &settings.probe {
-        return Ok(ExitCode::from(probe::run(
-            target,
-            settings.listen.clone(),
-            *timeout,
-        )));
-    }
+    let settings::Run {
+        supervision,
+        helper,
+        log,
+        warnings,
+    } = *run;
+    logging::init(log.level, log.format);
+    warn_all(&warnings);
     // PID 1 gets the helper process as an entry point and what it keeps; only this
     // file knows both halves.
-    let (app_check, check_interval) = (settings.app_check.clone(), settings.check_interval);
-    let (metrics, cloudwatch) = (settings.metrics.clone(), settings.cloudwatch.clone());
-    let protection = settings.protection.clone();
     let helper = move |sockets: pid1::Sockets| -> Box<dyn pid1::HelperProcess> {
         Box::new(helper::Plan {
             endpoint: sockets.endpoint,
             ready_port: sockets.ready_port,
-            app_check,
-            check_interval,
-            metrics,
-            cloudwatch,
-            protection,
+            settings: helper,
         })
     };
-    let sizes = pid1::EndpointSizes {
-        max_connections: helper::endpoint::MAX_CONNECTIONS,
-        receive_buffer: helper::endpoint::RECEIVE_BUFFER,
-        send_buffer: helper::endpoint::SEND_BUFFER,
-    };
-    pid1::supervise(*settings, sizes, helper).map(ExitCode::from)
+    pid1::supervise(supervision, helper).map(ExitCode::from)
 }
 
 /// The settings' warnings, and the `LIFEGUARD_*` variables nobody knows (a misspelling

@@ -8,19 +8,25 @@
 //! aborts, as the kernel then ends the container.
 #![forbid(unsafe_code)]
 
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
 
-use crate::helper::threads;
 use crate::kernel;
 use crate::logging;
 
-/// Set in the helper process, first thing after the fork.
-static IN_HELPER: AtomicBool = AtomicBool::new(false);
+/// A process's count of its threads' panics: by a thread's name, the name of the part
+/// that restarts in place and whether this is its first panic; None for a thread that
+/// nothing restarts.
+pub type Counter = fn(thread: &str) -> Option<(&'static str, bool)>;
 
-/// This process is the helper, not PID 1: a panic here is never supervision's.
-pub fn in_helper_process() {
-    IN_HELPER.store(true, Ordering::Relaxed);
+/// Set in the helper process, first thing after the fork: its threads' counter.
+static IN_HELPER: OnceLock<Counter> = OnceLock::new();
+
+/// This process is the helper, not PID 1: a panic here is never supervision's, and
+/// `count` says which of its threads restart in place (the hook knows no thread of its
+/// own).
+pub fn in_helper_process(count: Counter) {
+    let _ = IN_HELPER.set(count);
 }
 
 /// Installs the panic hook, before anything else runs.
@@ -33,16 +39,16 @@ pub fn install() {
         let place = info
             .location()
             .map_or_else(String::new, |l| format!(" at {}:{}", l.file(), l.line()));
-        if let Some((helper, first)) = threads::count_panic(name) {
+        let count = IN_HELPER.get();
+        if let Some((helper, first)) = count.and_then(|count| count(name)) {
             if first {
                 logging::error_now(format!(
-                    "panic in the {} helper{place}: {message}; it is started again, supervision goes on (further panics of it are only counted: lifeguard_helper_failures_total)",
-                    helper.name()
+                    "panic in the {helper} helper{place}: {message}; it is started again, supervision goes on (further panics of it are only counted: lifeguard_helper_failures_total)"
                 ));
             }
             return;
         }
-        if IN_HELPER.load(Ordering::Relaxed) {
+        if count.is_some() {
             logging::error_now(format!(
                 "panic in the helper process's {name} thread{place}: {message}; the helper process ends, supervision goes on and starts a new one"
             ));

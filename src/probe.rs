@@ -7,11 +7,12 @@ use std::io::{Read, Write};
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use crate::cli::{Listen, ListenAt, ProbeTarget};
-use crate::helper::http_client::{address, short};
+use crate::lookup::{address, short};
+use crate::settings::{Listen, ListenAt, Probe, ProbeTarget};
 
-pub fn run(target: &ProbeTarget, listen: Listen, timeout: Duration) -> u8 {
-    let (uri, also) = match target_uri(target, listen) {
+pub fn run(probe: &Probe) -> u8 {
+    let timeout = probe.timeout;
+    let (uri, also) = match target_uri(&probe.target, probe.listen.clone()) {
         Ok(uri) => uri,
         Err(reason) => return fail(&reason),
     };

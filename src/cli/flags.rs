@@ -8,8 +8,8 @@ use std::time::Duration;
 use clap::{ArgAction, Parser};
 
 use super::values::*;
-use super::{Listen, ProbeTarget};
 use crate::logging;
+use crate::settings::{Listen, ProbeTarget};
 use crate::signal_names::{self, Signal};
 
 #[derive(Parser, Debug)]
@@ -116,7 +116,7 @@ pub(super) struct Cli {
         default_value = "api",
         ignore_case = true
     )]
-    pub(super) metrics_sink: crate::helper::cloudwatch::config::SinkKind,
+    pub(super) metrics_sink: super::metrics_env::SinkKind,
 
     /// Client mode for HEALTHCHECK: GET lifeguard's own /readyz (ready), /livez (live), or
     /// URL; exit 0 on 2xx, 1 otherwise

@@ -4,8 +4,6 @@
 #![forbid(unsafe_code)]
 
 use std::ffi::OsString;
-use std::net::SocketAddr;
-use std::time::Duration;
 
 /// What `--version` says: the version, the commit and the target (build.rs).
 pub const VERSION: &str = concat!(
@@ -20,122 +18,31 @@ pub const VERSION: &str = concat!(
 use clap::parser::ValueSource;
 use clap::{CommandFactory, FromArgMatches};
 
-use crate::helper::app_check::AppCheckKind;
-use crate::helper::cloudwatch;
-use crate::helper::metrics;
-use crate::helper::protection;
-use crate::logging::{self, Level};
-use crate::pid1::lifecycle;
-use crate::signal_names::{Rewrites, Signal};
+use crate::logging::Level;
+use crate::settings::{
+    AppCheck, CloudWatch, Helper, Lifecycle, Listen, ListenAt, Log, Metrics, Mirror, MirrorPort,
+    Probe, Protection, Run, Sink, Supervision, DEFAULT_PORT, MIRROR_DEFAULT_PORT,
+};
+use crate::signal_names::Rewrites;
 
 mod compat;
 mod flags;
+mod metrics_env;
 mod values;
 
 use compat::log_level;
 use flags::Cli;
-pub use values::MirrorPort;
+use metrics_env::SinkKind;
 
-/// The endpoint address: `explicit` when the user named it (flag or environment), which
-/// turns a failure to bind into an error instead of a warning; `None` is `off`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Listen {
-    pub at: Option<ListenAt>,
-    pub explicit: bool,
-}
-
-/// Where the endpoint listens: every address of both families (the default, and
-/// `:PORT`), an address, or a host name resolved once at start, the endpoint then
-/// listening on every address it gives (`localhost`: 127.0.0.1 and ::1).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ListenAt {
-    /// One dual-stack socket on `[::]` (IPV6_V6ONLY off, as Go's `:PORT`), so an
-    /// IPv6-only pod (EKS in IPv6 mode, whose kubelet probes the pod's IPv6 address) is
-    /// reached as well as an IPv4 one; `0.0.0.0` where the kernel has no IPv6.
-    Any(u16),
-    Addr(SocketAddr),
-    Name {
-        host: String,
-        port: u16,
-    },
-}
-
-impl ListenAt {
-    pub fn port(&self) -> u16 {
-        match self {
-            ListenAt::Any(port) | ListenAt::Name { port, .. } => *port,
-            ListenAt::Addr(addr) => addr.port(),
-        }
-    }
-}
-
-impl std::fmt::Display for ListenAt {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ListenAt::Any(port) => write!(f, "[::]:{port}"),
-            ListenAt::Addr(addr) => write!(f, "{addr}"),
-            ListenAt::Name { host, port } => write!(f, "{host}:{port}"),
-        }
-    }
-}
-
-/// The endpoint's port when `--listen` is not given (on every address, both families).
-pub const DEFAULT_PORT: u16 = 9595;
-
-/// The readiness mirror's port when `--listen` is not given: not the endpoint's
-/// default (9595), which the app container's lifeguard holds in the same network
-/// namespace, nor 9596, which the examples give `--ready-port`.
-pub const MIRROR_DEFAULT_PORT: u16 = 9597;
-
-/// Everything the readiness mirror (`--mirror-ready-port`) needs to run, validated.
-#[derive(Debug)]
-pub struct Mirror {
-    pub watched: MirrorPort,
-    pub listen: ListenAt,
-    pub pdeathsig: Option<Signal>,
-    pub warn_on_reap: bool,
-    pub log_level: Level,
-    pub log_format: logging::Format,
-    /// Warnings for the log, once it is set up (settings that are ignored).
-    pub warnings: Vec<String>,
-}
-
-/// What `--probe` asks for.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum ProbeTarget {
-    Ready,
-    Live,
-    Url(hyper::Uri),
-}
-
-/// Everything lifeguard needs to run, validated.
-#[derive(Debug)]
-pub struct Settings {
-    pub command: Vec<OsString>,
-    pub listen: Listen,
-    /// `--ready-port`: the port that listens exactly while the app is ready.
-    pub ready_port: Option<u16>,
-    pub app_check: Option<AppCheckKind>,
-    pub check_interval: Duration,
-    pub metrics: metrics::Config,
-    /// CloudWatch publishing (`METRICS_NAMESPACE` set).
-    pub cloudwatch: Option<cloudwatch::Config>,
-    /// ECS scale-in protection (`--scale-in-protection` on ECS).
-    pub protection: Option<protection::Config>,
-    pub probe: Option<(ProbeTarget, Duration)>,
-    pub lifecycle: lifecycle::Config,
-    pub pdeathsig: Option<Signal>,
-    pub warn_on_reap: bool,
-    pub log_level: Level,
-    pub log_format: logging::Format,
-    /// Warnings for the log, once it is set up (settings that are ignored).
-    pub warnings: Vec<String>,
-}
+/// Whether this build carries the AWS SDK (the cargo feature `cloudwatch-api`, on by
+/// default): without it `METRICS_SINK=api` publishes nothing, which is said at start.
+const API_BUILT: bool = cfg!(feature = "cloudwatch-api");
 
 /// What parsing decided: run, or stop at once with clap's message (help, version, or a
 /// usage error) and the exit code that goes with it.
 pub enum Parsed {
-    Run(Box<Settings>),
+    Run(Box<Run>),
+    Probe(Box<Probe>),
     Mirror(Box<Mirror>),
     Exit {
         message: String,
@@ -215,7 +122,7 @@ pub fn parse(
         grace: matches.value_source("grace"),
     };
     match settings(cli, sources, &lookup) {
-        Ok(settings) => Parsed::Run(Box::new(settings)),
+        Ok(parsed) => parsed,
         Err(message) => Parsed::Exit {
             message: format!("error: {message}\n\nFor more information, try '--help'.\n"),
             code: refusal_code,
@@ -400,18 +307,21 @@ fn mirror(
         listen,
         pdeathsig: cli.pdeathsig,
         warn_on_reap: cli.warn_on_reap,
-        log_level: log_level(cli.verbose, cli.quiet, lookup)?,
-        log_format: cli.log_format,
+        log: Log {
+            level: log_level(cli.verbose, cli.quiet, lookup)?,
+            format: cli.log_format,
+        },
         warnings,
     })
 }
 
+/// A run's settings, or a probe's (which must not refuse over settings it does not use).
 fn settings(
     mut cli: Cli,
     sources: CheckSources,
     lookup: &impl Fn(&str) -> Option<String>,
-) -> Result<Settings, String> {
-    let probe = cli.probe.map(|target| (target, cli.probe_timeout));
+) -> Result<Parsed, String> {
+    let probe = cli.probe.clone().map(|target| (target, cli.probe_timeout));
     // `--grace` lowered alone, to the default drain delay or below (`--grace 3`): the
     // drain delay scales with it (a fifth, as 5 s of the default 25 s) rather than
     // refusing a setting whose other half the user never chose.
@@ -463,10 +373,10 @@ fn settings(
     let flag = Some(ValueSource::CommandLine);
     let app_check = match (cli.ready_http, cli.ready_tcp) {
         (Some(url), Some(_)) if sources.http == flag && sources.tcp != flag => {
-            Some(AppCheckKind::Http(url))
+            Some(AppCheck::Http(url))
         }
         (Some(_), Some((host, port))) if sources.tcp == flag && sources.http != flag => {
-            Some(AppCheckKind::Tcp(host, port))
+            Some(AppCheck::Tcp(host, port))
         }
         (Some(_), Some(_)) => {
             let [http, tcp] = if sources.http == flag {
@@ -478,11 +388,11 @@ fn settings(
                 "{http} and {tcp} exclude each other: give one app check"
             ));
         }
-        (Some(url), None) => Some(AppCheckKind::Http(url)),
-        (None, Some((host, port))) => Some(AppCheckKind::Tcp(host, port)),
+        (Some(url), None) => Some(AppCheck::Http(url)),
+        (None, Some((host, port))) => Some(AppCheck::Tcp(host, port)),
         // Knowing the app's port, ready means that port listens: a balancer routes
         // nothing to a task before its app can take it.
-        (None, None) => cli.inflight_port.map(AppCheckKind::Listening),
+        (None, None) => cli.inflight_port.map(AppCheck::Listening),
     };
     // A probe in the mirror's container (`ENV LIFEGUARD_MIRROR_READY_PORT` in its image)
     // asks the mirror, on the mirror's default port.
@@ -520,8 +430,8 @@ fn settings(
     // says once why nothing is protected.
     let (protection, protection_warning) = match (protect_after, probe.is_some()) {
         (Some(after), false) => match lookup("ECS_AGENT_URI").filter(|v| !v.trim().is_empty()) {
-            Some(uri) => match protection::agent::endpoint(&uri) {
-                Ok(endpoint) => (Some(protection::Config { after, endpoint }), None),
+            Some(uri) => match values::ecs_agent_endpoint(&uri) {
+                Ok(endpoint) => (Some(Protection { after, endpoint }), None),
                 Err(reason) => (
                     None,
                     Some(format!("--scale-in-protection is off: {reason}")),
@@ -540,21 +450,17 @@ fn settings(
     };
     let protecting = protection.is_some();
     // The probe sees the image's environment too, and must not refuse over it.
-    let cloudwatch_config = match cloudwatch::config::from_env(lookup, cli.metrics_sink) {
+    let cloudwatch_config = match metrics_env::from_env(lookup, cli.metrics_sink) {
         // A build without the SDK (no cargo feature cloudwatch-api) cannot call the
         // API: said once (below), and the app runs without publishing.
-        Ok(Some(config))
-            if config.sink == cloudwatch::config::Sink::Api && !cloudwatch::API_BUILT =>
-        {
-            None
-        }
+        Ok(Some(config)) if config.sink == Sink::Api && !API_BUILT => None,
         Ok(config) => config,
         Err(_) if probe.is_some() => None,
         Err(message) => return Err(message),
     };
     // Settings that are ignored, said once the log is set up (none to a probe).
     let mut warnings = Vec::new();
-    let ignored = cloudwatch::config::ignored(lookup);
+    let ignored = metrics_env::ignored(lookup);
     if !ignored.is_empty() && probe.is_none() {
         warnings.push(format!(
             "{} ignored: CloudWatch publishing is off without METRICS_NAMESPACE",
@@ -563,9 +469,8 @@ fn settings(
     }
     warnings.extend(protection_warning);
     if probe.is_none() {
-        let extra = |wanted: fn(&cloudwatch::config::Config) -> bool| {
-            cloudwatch_config.as_ref().is_some_and(wanted)
-        };
+        let extra =
+            |wanted: fn(&CloudWatch) -> bool| cloudwatch_config.as_ref().is_some_and(wanted);
         if !protecting && extra(|c| c.scale_in_protected) {
             warnings.push(
                 "METRICS_EXTRA=ScaleInProtected publishes nothing: --scale-in-protection is \
@@ -580,8 +485,8 @@ fn settings(
                     .to_string(),
             );
         }
-        if !cloudwatch::API_BUILT
-            && cli.metrics_sink == cloudwatch::config::SinkKind::Api
+        if !API_BUILT
+            && cli.metrics_sink == SinkKind::Api
             && lookup("METRICS_NAMESPACE").is_some_and(|n| !n.trim().is_empty())
         {
             warnings.push(
@@ -592,8 +497,25 @@ fn settings(
             );
         }
     }
-    Ok(Settings {
-        lifecycle: lifecycle::Config {
+    let log = Log {
+        level: match log_level(cli.verbose, cli.quiet, lookup) {
+            Ok(level) => level,
+            Err(_) if probe.is_some() => Level::Warn,
+            Err(message) => return Err(message),
+        },
+        format: cli.log_format,
+    };
+    if let Some((target, timeout)) = probe {
+        return Ok(Parsed::Probe(Box::new(Probe {
+            target,
+            timeout,
+            listen,
+            log,
+            warnings,
+        })));
+    }
+    let supervision = Supervision {
+        lifecycle: Lifecycle {
             drain_delay: cli.drain_delay,
             grace: cli.grace,
             rewrites: Rewrites::new(cli.rewrite),
@@ -607,26 +529,29 @@ fn settings(
         command: cli.command,
         listen,
         ready_port: cli.ready_port,
+        pdeathsig: cli.pdeathsig,
+        warn_on_reap: cli.warn_on_reap,
+        app_check: app_check.is_some(),
+        inflight_port: cli.inflight_port,
+        scale_in_protection: protection.is_some(),
+    };
+    let helper = Helper {
         app_check,
         check_interval: cli.ready_interval,
-        cloudwatch: cloudwatch_config.clone(),
+        cloudwatch: cloudwatch_config,
         protection,
-        metrics: metrics::Config {
+        metrics: Metrics {
             inflight_port: cli.inflight_port,
             // The ECS agent sets it in every container of a task (task metadata v4).
             ecs_metadata: lookup("ECS_CONTAINER_METADATA_URI_V4").filter(|v| !v.trim().is_empty()),
         },
-        pdeathsig: cli.pdeathsig,
-        warn_on_reap: cli.warn_on_reap,
-        log_level: match log_level(cli.verbose, cli.quiet, lookup) {
-            Ok(level) => level,
-            Err(_) if probe.is_some() => Level::Warn,
-            Err(message) => return Err(message),
-        },
-        log_format: cli.log_format,
+    };
+    Ok(Parsed::Run(Box::new(Run {
+        supervision,
+        helper,
+        log,
         warnings,
-        probe,
-    })
+    })))
 }
 
 /// Warnings for `LIFEGUARD_*` variables in `names` that lifeguard does not know (a
@@ -720,7 +645,9 @@ pub fn command() -> clap::Command {
 mod tests {
     use super::values::parse_duration;
     use super::*;
+    use crate::settings::ProbeTarget;
     use std::collections::HashMap;
+    use std::time::Duration;
 
     fn parse_with(args: &[&str], env: &[(&str, &str)]) -> Parsed {
         let env: HashMap<String, String> = env
@@ -733,9 +660,19 @@ mod tests {
         parse(args, |name| env.get(name).cloned())
     }
 
-    fn ok(args: &[&str], env: &[(&str, &str)]) -> Settings {
+    fn ok(args: &[&str], env: &[(&str, &str)]) -> Run {
         match parse_with(args, env) {
             Parsed::Run(s) => *s,
+            Parsed::Probe(p) => panic!("{args:?} is a probe: {p:?}"),
+            Parsed::Mirror(m) => panic!("{args:?} is a mirror: {m:?}"),
+            Parsed::Exit { message, .. } => panic!("{args:?} refused: {message}"),
+        }
+    }
+
+    fn probe_ok(args: &[&str], env: &[(&str, &str)]) -> Probe {
+        match parse_with(args, env) {
+            Parsed::Probe(p) => *p,
+            Parsed::Run(s) => panic!("{args:?} is no probe: {s:?}"),
             Parsed::Mirror(m) => panic!("{args:?} is a mirror: {m:?}"),
             Parsed::Exit { message, .. } => panic!("{args:?} refused: {message}"),
         }
@@ -745,6 +682,7 @@ mod tests {
         match parse_with(args, env) {
             Parsed::Mirror(m) => *m,
             Parsed::Run(s) => panic!("{args:?} is no mirror: {s:?}"),
+            Parsed::Probe(p) => panic!("{args:?} is a probe: {p:?}"),
             Parsed::Exit { message, .. } => panic!("{args:?} refused: {message}"),
         }
     }
@@ -771,7 +709,7 @@ mod tests {
         );
         assert_eq!(m.watched.host, Some("::1".parse().unwrap()));
         assert_eq!(m.listen, ListenAt::Addr("127.0.0.1:8081".parse().unwrap()));
-        assert_eq!(m.log_level, Level::Info);
+        assert_eq!(m.log.level, Level::Info);
         assert!(
             m.warnings[0].starts_with("METRICS_NAMESPACE ignored"),
             "{:?}",
@@ -787,7 +725,7 @@ mod tests {
         );
         // A probe in the mirror's image asks the mirror's port (the variable's case is
         // tested on the binary: clap reads the twins from the process environment).
-        let probe = ok(&["--probe", "live", "--mirror-ready-port", "9596"], &[]);
+        let probe = probe_ok(&["--probe", "live", "--mirror-ready-port", "9596"], &[]);
         assert_eq!(probe.listen.at, Some(ListenAt::Any(MIRROR_DEFAULT_PORT)));
     }
 
@@ -852,6 +790,7 @@ mod tests {
     fn usage_error(args: &[&str], env: &[(&str, &str)]) -> String {
         match parse_with(args, env) {
             Parsed::Run(s) => panic!("{args:?} accepted: {s:?}"),
+            Parsed::Probe(p) => panic!("{args:?} accepted: {p:?}"),
             Parsed::Mirror(m) => panic!("{args:?} accepted: {m:?}"),
             Parsed::Exit { message, code, .. } => {
                 assert_eq!(code, 2, "{message}");
@@ -864,15 +803,15 @@ mod tests {
     fn defaults_follow_the_design() {
         let s = ok(&["--", "app", "arg"], &[]);
         assert_eq!(
-            s.command,
+            s.supervision.command,
             vec![OsString::from("app"), OsString::from("arg")]
         );
-        assert_eq!(s.lifecycle.drain_delay, Duration::from_secs(5));
-        assert_eq!(s.lifecycle.grace, Duration::from_secs(25));
-        assert!(s.lifecycle.group);
-        assert_eq!(s.log_level, Level::Notice);
-        assert_eq!(s.log_format, logging::Format::Text);
-        assert_eq!(s.metrics, metrics::Config::default());
+        assert_eq!(s.supervision.lifecycle.drain_delay, Duration::from_secs(5));
+        assert_eq!(s.supervision.lifecycle.grace, Duration::from_secs(25));
+        assert!(s.supervision.lifecycle.group);
+        assert_eq!(s.log.level, Level::Notice);
+        assert_eq!(s.log.format, crate::logging::Format::Text);
+        assert_eq!(s.helper.metrics, Metrics::default());
     }
 
     #[test]
@@ -892,11 +831,17 @@ mod tests {
         // --grace lowered alone to the default drain delay or below: the drain delay is a
         // fifth of it, and --drain-max halfway, as the defaults are for 25 s.
         let s = ok(&["--grace", "3", "--inflight-port", "80", "app"], &[]);
-        assert_eq!(s.lifecycle.drain_delay, Duration::from_millis(600));
-        assert_eq!(s.lifecycle.drain_max, Some(Duration::from_millis(1800)));
+        assert_eq!(
+            s.supervision.lifecycle.drain_delay,
+            Duration::from_millis(600)
+        );
+        assert_eq!(
+            s.supervision.lifecycle.drain_max,
+            Some(Duration::from_millis(1800))
+        );
         // Above it, the default drain delay stands.
         let s = ok(&["--grace", "10s", "app"], &[]);
-        assert_eq!(s.lifecycle.drain_delay, Duration::from_secs(5));
+        assert_eq!(s.supervision.lifecycle.drain_delay, Duration::from_secs(5));
         let said = unknown_variables(
             [
                 "LIFEGUARD_DRAIN_DELAI",
@@ -928,11 +873,17 @@ mod tests {
     fn drain_max_defaults_halfway_and_needs_an_inflight_port() {
         // Without --inflight-port there is nothing to wait for: no hold.
         assert_eq!(
-            ok(&["--drain-max", "10s", "app"], &[]).lifecycle.drain_max,
+            ok(&["--drain-max", "10s", "app"], &[])
+                .supervision
+                .lifecycle
+                .drain_max,
             None
         );
         let s = ok(&["--inflight-port", "80", "app"], &[]);
-        assert_eq!(s.lifecycle.drain_max, Some(Duration::from_secs(15)));
+        assert_eq!(
+            s.supervision.lifecycle.drain_max,
+            Some(Duration::from_secs(15))
+        );
         let s = ok(
             &[
                 "--inflight-port",
@@ -945,9 +896,15 @@ mod tests {
             ],
             &[],
         );
-        assert_eq!(s.lifecycle.drain_max, Some(Duration::from_secs(6)));
+        assert_eq!(
+            s.supervision.lifecycle.drain_max,
+            Some(Duration::from_secs(6))
+        );
         let s = ok(&["--inflight-port", "80", "--drain-max", "5s", "app"], &[]);
-        assert_eq!(s.lifecycle.drain_max, Some(Duration::from_secs(5)));
+        assert_eq!(
+            s.supervision.lifecycle.drain_max,
+            Some(Duration::from_secs(5))
+        );
         for max in ["4s", "25s", "30s"] {
             let m = usage_error(&["--drain-max", max, "app"], &[]);
             assert!(
@@ -960,7 +917,7 @@ mod tests {
     #[test]
     fn the_metrics_contract_is_checked_at_start() {
         let s = ok(&["app"], &[("METRICS_NAMESPACE", "prod/web")]);
-        assert_eq!(s.cloudwatch.unwrap().namespace, "prod/web");
+        assert_eq!(s.helper.cloudwatch.unwrap().namespace, "prod/web");
         let m = usage_error(
             &["app"],
             &[
@@ -973,7 +930,7 @@ mod tests {
             "{m}"
         );
         // Not the probe's business.
-        ok(&["--probe"], &[("METRICS_NAMESPACE", "AWS/ECS")]);
+        probe_ok(&["--probe"], &[("METRICS_NAMESPACE", "AWS/ECS")]);
     }
 
     #[test]
@@ -985,46 +942,52 @@ mod tests {
                 "http://169.254.170.2/v4/abc",
             )],
         );
-        assert_eq!(s.metrics.inflight_port, Some(8080));
+        assert_eq!(s.helper.metrics.inflight_port, Some(8080));
         assert_eq!(
-            s.metrics.ecs_metadata.as_deref(),
+            s.helper.metrics.ecs_metadata.as_deref(),
             Some("http://169.254.170.2/v4/abc")
         );
         let s = ok(&["app"], &[("ECS_CONTAINER_METADATA_URI_V4", " ")]);
-        assert_eq!(s.metrics.ecs_metadata, None);
+        assert_eq!(s.helper.metrics.ecs_metadata, None);
     }
 
     #[test]
     fn the_command_keeps_its_own_flags() {
         let s = ok(&["-c", "app", "-c", "--grace", "1"], &[]);
-        assert_eq!(s.command, ["app", "-c", "--grace", "1"].map(OsString::from));
-        assert!(!s.lifecycle.group);
+        assert_eq!(
+            s.supervision.command,
+            ["app", "-c", "--grace", "1"].map(OsString::from)
+        );
+        assert!(!s.supervision.lifecycle.group);
     }
 
     #[test]
     fn endpoint_and_app_check_options() {
         let s = ok(&["app"], &[]);
         assert_eq!(
-            s.listen,
+            s.supervision.listen,
             Listen {
                 at: Some(ListenAt::Any(9595)),
                 explicit: false
             }
         );
-        assert_eq!(s.app_check, None);
-        assert_eq!(s.check_interval, Duration::from_secs(1));
+        assert_eq!(s.helper.app_check, None);
+        assert_eq!(s.helper.check_interval, Duration::from_secs(1));
         let s = ok(
             &["--listen", ":8081", "--ready-tcp", "localhost:80", "app"],
             &[],
         );
         assert_eq!(
-            s.listen,
+            s.supervision.listen,
             Listen {
                 at: Some(ListenAt::Any(8081)),
                 explicit: true
             }
         );
-        assert_eq!(s.app_check, Some(AppCheckKind::Tcp("localhost".into(), 80)));
+        assert_eq!(
+            s.helper.app_check,
+            Some(AppCheck::Tcp("localhost".into(), 80))
+        );
         let s = ok(
             &[
                 "--listen",
@@ -1035,17 +998,17 @@ mod tests {
             ],
             &[],
         );
-        assert_eq!(s.listen.at, None);
-        assert!(matches!(s.app_check, Some(AppCheckKind::Http(ref u)) if u.path() == "/health"));
+        assert_eq!(s.supervision.listen.at, None);
+        assert!(matches!(s.helper.app_check, Some(AppCheck::Http(ref u)) if u.path() == "/health"));
         let s = ok(&["--listen", "[::1]:9000", "app"], &[]);
         assert_eq!(
-            s.listen.at,
+            s.supervision.listen.at,
             Some(ListenAt::Addr("[::1]:9000".parse().unwrap()))
         );
         // A host name, resolved at start (main.rs): --help says HOST:PORT.
         let s = ok(&["--listen", "localhost:9596", "app"], &[]);
         assert_eq!(
-            s.listen.at,
+            s.supervision.listen.at,
             Some(ListenAt::Name {
                 host: "localhost".into(),
                 port: 9596
@@ -1055,23 +1018,26 @@ mod tests {
 
     #[test]
     fn probe_needs_no_command() {
-        let s = ok(&["--probe"], &[]);
-        assert_eq!(s.probe, Some((ProbeTarget::Ready, Duration::from_secs(2))));
-        let s = ok(&["--probe", "live", "--probe-timeout", "500ms"], &[]);
+        let p = probe_ok(&["--probe"], &[]);
         assert_eq!(
-            s.probe,
-            Some((ProbeTarget::Live, Duration::from_millis(500)))
+            (p.target, p.timeout),
+            (ProbeTarget::Ready, Duration::from_secs(2))
         );
-        let s = ok(&["--probe", "http://127.0.0.1:1/x"], &[]);
-        assert!(matches!(s.probe, Some((ProbeTarget::Url(_), _))));
+        let p = probe_ok(&["--probe", "live", "--probe-timeout", "500ms"], &[]);
+        assert_eq!(
+            (p.target, p.timeout),
+            (ProbeTarget::Live, Duration::from_millis(500))
+        );
+        let p = probe_ok(&["--probe", "http://127.0.0.1:1/x"], &[]);
+        assert!(matches!(p.target, ProbeTarget::Url(_)));
     }
 
     #[test]
     fn the_probe_ignores_settings_it_does_not_use_and_refuses_with_1() {
         // The ENTRYPOINT's flags are not repeated in HEALTHCHECK: an image with
         // LIFEGUARD_DRAIN_DELAY=30s and `--grace 60s` on its ENTRYPOINT.
-        ok(&["--probe"], &[("TINI_VERBOSITY", "loud")]);
-        ok(&["--drain-delay", "30s", "--probe"], &[]);
+        probe_ok(&["--probe"], &[("TINI_VERBOSITY", "loud")]);
+        probe_ok(&["--drain-delay", "30s", "--probe"], &[]);
         for args in [
             &["--probe", "sideways"][..],
             &["--listen", ":1", "--probe", "--bogus"],
@@ -1136,8 +1102,18 @@ mod tests {
 
     #[test]
     fn compatibility_variables_are_honoured() {
-        assert!(!ok(&["app"], &[("DUMB_INIT_SETSID", "0")]).lifecycle.group);
-        assert!(ok(&["app"], &[("DUMB_INIT_SETSID", "1")]).lifecycle.group);
+        assert!(
+            !ok(&["app"], &[("DUMB_INIT_SETSID", "0")])
+                .supervision
+                .lifecycle
+                .group
+        );
+        assert!(
+            ok(&["app"], &[("DUMB_INIT_SETSID", "1")])
+                .supervision
+                .lifecycle
+                .group
+        );
         let levels: &[(&[&str], (&str, &str), Level)] = &[
             (&["app"], ("DUMB_INIT_DEBUG", "1"), Level::Debug),
             (&["app"], ("TINI_VERBOSITY", "2"), Level::Info),
@@ -1148,7 +1124,7 @@ mod tests {
             (&["-q", "app"], ("UNRELATED", "1"), Level::Error),
         ];
         for (args, env, level) in levels {
-            assert_eq!(ok(args, &[*env]).log_level, *level, "{args:?} {env:?}");
+            assert_eq!(ok(args, &[*env]).log.level, *level, "{args:?} {env:?}");
         }
         ok(
             &["-s", "-g", "app"],
@@ -1307,7 +1283,7 @@ mod tests {
     #[test]
     fn metrics_settings_without_a_namespace_are_warned_about_not_refused() {
         let s = ok(&["app"], &[("METRICS_INTERVAL", "abc")]);
-        assert_eq!(s.cloudwatch, None);
+        assert_eq!(s.helper.cloudwatch, None);
         assert_eq!(
             s.warnings,
             vec![

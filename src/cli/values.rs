@@ -5,7 +5,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use super::{Listen, ListenAt, ProbeTarget};
+use crate::settings::{Listen, ListenAt, MirrorPort, ProbeTarget};
 use crate::signal_names::Signal;
 
 pub(super) const DURATION_FORM: &str = "a duration like 500ms, 5s, 2m or a plain number of seconds";
@@ -158,14 +158,6 @@ pub(super) fn parse_port(text: &str) -> Result<u16, String> {
     }
 }
 
-/// `--mirror-ready-port`: the port (and, optionally, the address) whose listener the
-/// mirror reports.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct MirrorPort {
-    pub host: Option<std::net::IpAddr>,
-    pub port: u16,
-}
-
 /// `[HOST:]PORT`, HOST an IP address: as `(HOST, PORT)` with HOST empty when not given,
 /// the value type `--ready-tcp` has (one copy of clap's code for both); `mirror_port`
 /// makes it a `MirrorPort`.
@@ -248,5 +240,41 @@ pub(super) fn boolean(text: &str) -> Result<bool, String> {
         _ => Err(format!(
             "'{text}' is not a boolean: expected {BOOLEAN_FORM}"
         )),
+    }
+}
+
+/// `ECS_AGENT_URI`: the agent's task-protection state endpoint under it
+/// (`$ECS_AGENT_URI/task-protection/v1/state`, agent 1.65.0 and later), or why it cannot be
+/// used.
+pub(super) fn ecs_agent_endpoint(agent_uri: &str) -> Result<hyper::Uri, String> {
+    let base = agent_uri.trim().trim_end_matches('/');
+    let uri: hyper::Uri = format!("{base}/task-protection/v1/state")
+        .parse()
+        .map_err(|e| format!("ECS_AGENT_URI ({agent_uri}) is not a URL: {e}"))?;
+    if uri.scheme_str() != Some("http") || uri.host().is_none() {
+        return Err(format!(
+            "ECS_AGENT_URI ({agent_uri}) is not an http:// URL, as the ECS agent sets it"
+        ));
+    }
+    Ok(uri)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_endpoint_under_the_agents_uri() {
+        let uri = ecs_agent_endpoint("http://169.254.170.2/api/4e5bb1d0-task/").unwrap();
+        assert_eq!(
+            uri.to_string(),
+            "http://169.254.170.2/api/4e5bb1d0-task/task-protection/v1/state"
+        );
+        assert!(ecs_agent_endpoint("https://x/api")
+            .unwrap_err()
+            .contains("http://"));
+        assert!(ecs_agent_endpoint("not a url")
+            .unwrap_err()
+            .contains("ECS_AGENT_URI"));
     }
 }

@@ -12,31 +12,20 @@ use crate::faults;
 use crate::helper::desk::Desk;
 use crate::helper::health::AppCheck;
 use crate::helper::http_client;
-use crate::helper::metrics::inflight::listening::PortListens;
 use crate::helper::threads::{self, Helper};
 use crate::logging;
+use crate::settings::AppCheck as Check;
+use crate::sock_diag::listening::PortListens;
 
-/// How the app's readiness is checked.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AppCheckKind {
-    Http(hyper::Uri),
-    Tcp(String, u16),
-    /// `--inflight-port` with no other check: ready while something listens on the
-    /// port, as the kernel's socket tables say (no connection to the app).
-    Listening(u16),
-}
-
-impl AppCheckKind {
-    /// Whether the check names a host rather than an IP address, so that each check
-    /// starts with a name lookup (a blocking call, run on a thread of its own).
-    pub fn needs_name_lookup(&self) -> bool {
-        let host = match self {
-            AppCheckKind::Http(uri) => uri.host().unwrap_or_default(),
-            AppCheckKind::Tcp(host, _) => host,
-            AppCheckKind::Listening(_) => return false,
-        };
-        crate::helper::http_client::address(host).is_none()
-    }
+/// Whether the check names a host rather than an IP address, so that each check
+/// starts with a name lookup (a blocking call, run on a thread of its own).
+fn needs_name_lookup(check: &Check) -> bool {
+    let host = match check {
+        Check::Http(uri) => uri.host().unwrap_or_default(),
+        Check::Tcp(host, _) => host,
+        Check::Listening(_) => return false,
+    };
+    crate::lookup::address(host).is_none()
 }
 
 /// Starts the check on its thread, to run until the drain begins; with no check
@@ -44,12 +33,12 @@ impl AppCheckKind {
 /// `/readyz` says `draining` whatever the check finds, and an app closing its port on
 /// the stop signal is no news: checking on would only log warnings. If the thread
 /// cannot start, the app counts as ready (as with no check) and the reason is logged.
-pub fn start(check: Option<AppCheckKind>, interval: Duration, desk: Arc<Desk>) {
+pub fn start(check: Option<Check>, interval: Duration, desk: Arc<Desk>) {
     let Some(check) = check else {
         desk.set_check(AppCheck::Passing);
         return;
     };
-    let lookups = check.needs_name_lookup();
+    let lookups = needs_name_lookup(&check);
     let shared = desk.clone();
     let started = threads::start(Helper::AppCheck, lookups, move || {
         run(check.clone(), interval, shared.clone())
@@ -63,9 +52,9 @@ pub fn start(check: Option<AppCheckKind>, interval: Duration, desk: Arc<Desk>) {
     }
 }
 
-async fn run(check: AppCheckKind, interval: Duration, desk: Arc<Desk>) {
+async fn run(check: Check, interval: Duration, desk: Arc<Desk>) {
     let mut listens = match check {
-        AppCheckKind::Listening(port) => Some(PortListens::new(port)),
+        Check::Listening(port) => Some(PortListens::new(port)),
         _ => None,
     };
     let mut ticker = tokio::time::interval(interval);
@@ -115,15 +104,15 @@ async fn run(check: AppCheckKind, interval: Duration, desk: Arc<Desk>) {
     }
 }
 
-async fn once(check: &AppCheckKind, listens: &mut Option<PortListens>) -> Result<(), String> {
+async fn once(check: &Check, listens: &mut Option<PortListens>) -> Result<(), String> {
     match check {
-        AppCheckKind::Http(uri) => match http_client::get(uri).await? {
+        Check::Http(uri) => match http_client::get(uri).await? {
             (200..=299, _) => Ok(()),
             (status, _) => Err(format!("GET {uri} answered {status}")),
         },
-        AppCheckKind::Tcp(host, port) => http_client::connect(host, *port).await.map(drop),
+        Check::Tcp(host, port) => http_client::connect(host, *port).await.map(drop),
         // One dump of the port's listeners: it never waits on the app.
-        AppCheckKind::Listening(port) => match listens.as_mut().map(PortListens::now) {
+        Check::Listening(port) => match listens.as_mut().map(PortListens::now) {
             Some(Ok(true)) => Ok(()),
             Some(Ok(false)) | None => Err(format!("nothing listens on port {port}")),
             Some(Err(reason)) => Err(format!("cannot tell whether port {port} listens: {reason}")),

@@ -40,19 +40,9 @@ use crate::helper::health;
 use crate::helper::metrics::prometheus;
 use crate::helper::threads::{self, Helper};
 use crate::logging;
-
-/// Largest request head; hyper answers 431 beyond its read buffer.
-const MAX_HEAD: usize = 16 * 1024;
-/// Time to send a request head, which is also how long a keep-alive connection may sit
-/// idle: hyper starts this timer whenever it waits for a head.
-const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
-pub const MAX_CONNECTIONS: usize = 1024;
-/// How long writing an answer may make no progress before the connection is dropped.
-const WRITE_STALL_LIMIT: Duration = Duration::from_secs(5);
-/// Socket buffer sizes asked of the kernel: room for the largest head, and for many
-/// answers (a `/metrics` answer is about a kilobyte).
-pub const RECEIVE_BUFFER: usize = MAX_HEAD;
-pub const SEND_BUFFER: usize = 64 * 1024;
+// hyper answers 431 beyond its read buffer (MAX_HEAD), and starts the head timer
+// whenever it waits for a head, so it is also the keep-alive idle limit.
+use crate::settings::endpoint::{HEAD_TIMEOUT, MAX_HEAD, WRITE_STALL_LIMIT};
 
 /// Serves the endpoint from the bound `listeners` (one per address) on a thread of its
 /// own, started now, and takes the probes' connections off the ready port's queues
@@ -445,6 +435,7 @@ impl Registry {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::settings::endpoint::MAX_CONNECTIONS;
 
     #[test]
     fn the_least_recently_active_connection_makes_room() {

@@ -3,7 +3,9 @@
 //! bounded by the caller's timeout.
 #![forbid(unsafe_code)]
 
-use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::net::{SocketAddr, ToSocketAddrs};
+
+use crate::lookup::{address, short};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
@@ -24,15 +26,6 @@ thread_local! {
     /// hung lookup of the app check's never fails the sampler's task-metadata fetch,
     /// whose runtime has a lookup thread of its own, nor the other way round.
     static LOOKUP_RUNNING: Arc<AtomicBool> = Arc::new(AtomicBool::new(false));
-}
-
-/// `host` as an address (`[IPv6]` brackets allowed), or None when it is a name that
-/// needs a lookup (a blocking call, run on a runtime's one lookup thread).
-pub fn address(host: &str) -> Option<IpAddr> {
-    host.trim_start_matches('[')
-        .trim_end_matches(']')
-        .parse()
-        .ok()
 }
 
 /// Connects to `host` (an IP address, `[IPv6]`, or a name looked up on the blocking
@@ -127,15 +120,6 @@ pub async fn request(
         .map(|b| String::from_utf8_lossy(&b.to_bytes()).trim().to_string())
         .map_err(|e| format!("{method} {uri}: reading the answer: {e}"))?;
     Ok((status, body))
-}
-
-/// "connection refused" rather than "Connection refused (os error 111)".
-pub fn short(err: &std::io::Error) -> String {
-    let text = err.to_string();
-    let text = text.split(" (os error").next().unwrap_or(&text);
-    // ASCII alone (the C library's and std's messages are): Unicode's case tables and
-    // final-sigma rule would cost the slim build kilobytes for nothing.
-    text.to_ascii_lowercase()
 }
 
 #[cfg(test)]

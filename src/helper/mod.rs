@@ -25,6 +25,7 @@ use crate::board::HelperBoard;
 use crate::faults;
 use crate::kernel;
 use crate::logging;
+use crate::settings;
 use desk::Desk;
 
 /// What the helper process runs, decided by PID 1 from the command line.
@@ -35,32 +36,29 @@ pub struct Plan {
     /// Copies of the ready port's sockets (`--ready-port`), whose queues the endpoint
     /// empties while supervision keeps them listening.
     pub ready_port: Vec<std::net::TcpListener>,
-    pub app_check: Option<app_check::AppCheckKind>,
-    pub check_interval: Duration,
-    pub metrics: metrics::Config,
-    pub cloudwatch: Option<cloudwatch::Config>,
-    /// ECS scale-in protection (`--scale-in-protection` on ECS).
-    pub protection: Option<protection::Config>,
+    pub settings: settings::Helper,
 }
 
 impl Plan {
     /// Samples are taken only for a reader: the endpoint, CloudWatch, or the drain's hold.
     pub fn sampled(&self) -> bool {
-        self.endpoint.is_some() || self.cloudwatch.is_some() || self.metrics.inflight_port.is_some()
+        self.endpoint.is_some()
+            || self.settings.cloudwatch.is_some()
+            || self.settings.metrics.inflight_port.is_some()
     }
 
     /// Whether there is anything for a helper process to do.
     pub fn needed(&self) -> bool {
         self.endpoint.is_some()
             || !self.ready_port.is_empty()
-            || self.app_check.is_some()
+            || self.settings.app_check.is_some()
             || self.sampled()
-            || self.cloudwatch.is_some()
+            || self.settings.cloudwatch.is_some()
     }
 
     /// Whether the helper has figures to publish before it leaves.
     pub fn publishes(&self) -> bool {
-        self.cloudwatch.is_some()
+        self.settings.cloudwatch.is_some()
     }
 }
 
@@ -74,7 +72,9 @@ const BEAT_EVERY: Duration = Duration::from_secs(2);
 
 /// The helper process's life, in the child of the fork.
 pub fn run(plan: &Plan, board: HelperBoard) -> Infallible {
-    crate::panics::in_helper_process();
+    crate::panics::in_helper_process(|thread| {
+        threads::count_panic(thread).map(|(helper, first)| (helper.name(), first))
+    });
     logging::become_helper();
     board.beat();
     let own_ports = (plan.endpoint.iter())
@@ -83,7 +83,7 @@ pub fn run(plan: &Plan, board: HelperBoard) -> Infallible {
         .filter_map(|l| l.local_addr().ok().map(|a| a.port()))
         .collect();
     let desk = Desk::new(board, own_ports);
-    if plan.app_check.is_some() && desk.board.check_passed() {
+    if plan.settings.app_check.is_some() && desk.board.check_passed() {
         // A helper started again keeps the last verdict, which the Board holds, until
         // its own first check: the helper's death is not the app's, and a helper
         // killed for a missed heartbeat at the peak must not take a ready task out of
@@ -111,14 +111,19 @@ pub fn run(plan: &Plan, board: HelperBoard) -> Infallible {
             });
         endpoint::start(listeners, copies(&plan.ready_port), desk.clone(), cap);
     }
-    app_check::start(plan.app_check.clone(), plan.check_interval, desk.clone());
+    app_check::start(
+        plan.settings.app_check.clone(),
+        plan.settings.check_interval,
+        desk.clone(),
+    );
     if plan.sampled() {
-        metrics::start(plan.metrics.clone(), desk.clone());
+        metrics::start(plan.settings.metrics.clone(), desk.clone());
     }
-    if let Some(config) = plan.protection.clone() {
+    if let Some(config) = plan.settings.protection.clone() {
         protection::start(config, desk.clone());
     }
     let mut publisher = plan
+        .settings
         .cloudwatch
         .clone()
         .and_then(|config| cloudwatch::start(config, desk.clone()));

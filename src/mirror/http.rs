@@ -5,7 +5,7 @@
 #![forbid(unsafe_code)]
 
 /// Largest request head: larger is 431 and the connection's end, as the app's endpoint.
-pub const MAX_HEAD: usize = 16 * 1024;
+pub use crate::settings::endpoint::MAX_HEAD;
 /// Headers one request may carry (a load balancer's check sends a handful).
 const MAX_HEADERS: usize = 64;
 

@@ -6,9 +6,9 @@
 use std::net::{IpAddr, SocketAddr};
 use std::time::{Duration, Instant};
 
-use crate::cli::MirrorPort;
-use crate::helper::metrics::inflight::listening::Listeners;
 use crate::logging;
+use crate::settings::MirrorPort;
+use crate::sock_diag::listening::Listeners;
 
 /// The oldest look a check is answered from: the answer follows the port within this.
 pub const MAX_AGE: Duration = Duration::from_millis(100);

@@ -28,23 +28,17 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
-use crate::cli::{ListenAt, Mirror};
 use crate::kernel;
 use crate::logging;
+use crate::settings::{endpoint, ListenAt, Mirror};
 use crate::signal_names::{self, Signal};
 
 use http::{Head, Route};
 use look::Look;
 
 /// Time to send a request head, which is also how long a connection may sit idle, and
-/// how long an answer may wait for a client that does not read.
-const STALL_LIMIT: Duration = Duration::from_secs(5);
-/// Connections held at once, at most (the descriptor limit may lower it).
-const MAX_CONNECTIONS: usize = 1024;
-/// Descriptors asked for, and kept back from connections (the listeners, the signalfd,
-/// the netlink socket, stderr).
-const MAX_DESCRIPTORS: u64 = 2048;
-const RESERVED_DESCRIPTORS: u64 = 64;
+/// how long an answer may wait for a client that does not read: the endpoint's.
+const STALL_LIMIT: Duration = endpoint::HEAD_TIMEOUT;
 /// Answers a connection may have waiting unread before its requests are left unread
 /// too: a client that pipelines and never reads costs this much, not more.
 const MAX_WAITING_OUTPUT: usize = 4096;
@@ -61,8 +55,9 @@ pub fn run(settings: Mirror) -> anyhow::Result<ExitCode> {
     // The C library may have unblocked its reserved signals if a thread was started
     // (the log writer, the --listen lookup): block them again, once.
     kernel::reblock_every_signal();
-    let limit = kernel::raise_descriptor_limit(MAX_DESCRIPTORS);
-    let cap = (limit.saturating_sub(RESERVED_DESCRIPTORS) as usize).clamp(1, MAX_CONNECTIONS);
+    let limit = kernel::raise_descriptor_limit(endpoint::MAX_DESCRIPTORS);
+    let cap = (limit.saturating_sub(endpoint::RESERVED_DESCRIPTORS) as usize)
+        .clamp(1, endpoint::MAX_CONNECTIONS);
     let port = settings.watched.port;
     let mut look = Look::new(settings.watched, Instant::now());
     for (_, addr) in &listeners {

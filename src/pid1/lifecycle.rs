@@ -6,7 +6,8 @@
 use std::time::{Duration, Instant};
 
 pub use crate::board::{Look, Phase};
-use crate::signal_names::{Rewrites, Signal, KILL, TERM};
+pub use crate::settings::Lifecycle as Config;
+use crate::signal_names::{Signal, KILL, TERM};
 
 /// How long lifeguard keeps reaping after it has sent SIGKILL before it gives up on a
 /// process stuck in the kernel (uninterruptible sleep) and exits anyway: it must never
@@ -28,27 +29,6 @@ fn after(now: Instant, d: Duration) -> Instant {
     now.checked_add(d)
         .or_else(|| now.checked_add(Duration::from_secs(u32::MAX as u64)))
         .unwrap_or(now)
-}
-
-#[derive(Clone, Debug)]
-pub struct Config {
-    pub drain_delay: Duration,
-    pub grace: Duration,
-    pub rewrites: Rewrites,
-    pub remap_exit: Vec<u8>,
-    /// Signals go to the app's whole process group (the default) rather than the child.
-    pub group: bool,
-    /// Drain until quiet (`--inflight-port`): past the drain delay the stop signal is
-    /// held until the port is quiet, at most this long after the SIGTERM
-    /// (`--drain-max`). `None`: the stop signal goes at the drain delay.
-    pub drain_max: Option<Duration>,
-    /// `--drain-quiet`: how long the port must have had no new request, with nothing in
-    /// flight, to count as quiet. Zero: one sample with nothing in flight is enough.
-    pub drain_quiet: Duration,
-    /// `--leftover-grace`: once the app has exited, what it left is SIGKILLed this long
-    /// after (or at the grace deadline, if that comes first). Nothing routes to a task
-    /// whose app is gone, and its restart waits for lifeguard's exit.
-    pub leftover_grace: Duration,
 }
 
 /// How the app (the direct child) ended, as `waitpid` reported it.
@@ -562,6 +542,7 @@ impl Lifecycle {
 mod tests {
     use super::*;
     use crate::board::Busy;
+    use crate::signal_names::Rewrites;
     use crate::signal_names::{parse_rewrite, HUP, INT};
     use Action::*;
     use DrainEnd::{AppExited as Exited_, Delay, DrainMax, SecondTerm};

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 
 use crate::board::{Board, HelperBoard};
-use crate::cli::{self, Settings};
 use crate::kernel;
 use crate::logging;
+use crate::settings::{self, endpoint, Supervision};
 use keeper::Keeper;
 use lifecycle::Lifecycle;
 use supervisor::Supervisor;
@@ -28,10 +28,6 @@ use sys::Kernel;
 pub const EXIT_SETUP_FAILED: u8 = 125;
 const EXIT_CANNOT_EXECUTE: u8 = 126;
 const EXIT_NOT_FOUND: u8 = 127;
-/// Room for the endpoint's 1024 connections and lifeguard's own descriptors.
-const MAX_DESCRIPTORS: u64 = 2048;
-/// Descriptors kept free of connections: the signalfd, epoll, the app check's sockets.
-const RESERVED_DESCRIPTORS: u64 = 64;
 
 /// What PID 1 knows of the helper process: whether there is one, what it keeps of the
 /// descriptors a fork gives it, and its entry point. `main` hands it over, so that
@@ -56,24 +52,15 @@ pub struct Sockets {
     pub ready_port: Vec<std::net::TcpListener>,
 }
 
-/// The endpoint's sizes, the helper's to choose: PID 1 binds its sockets.
-pub struct EndpointSizes {
-    /// Connections held at once, at most (the descriptor limit may lower it).
-    pub max_connections: usize,
-    pub receive_buffer: usize,
-    pub send_buffer: usize,
-}
-
 pub fn supervise(
-    settings: Settings,
-    sizes: EndpointSizes,
+    settings: Supervision,
     helper: impl FnOnce(Sockets) -> Box<dyn HelperProcess>,
 ) -> anyhow::Result<u8> {
     let inbox = crate::init::start(settings.pdeathsig)?;
     // Bound before the app starts, so an unusable explicit address stops everything
     // with 125 and nothing is left half-started.
     let mut hosts = endpoint_addresses(&settings.listen)?;
-    let endpoint = bind_endpoint(&settings.listen, &mut hosts, &sizes)?;
+    let endpoint = bind_endpoint(&settings.listen, &mut hosts)?;
     let ready_port = match settings.ready_port {
         Some(port) => Some(bind_ready_port(port, &mut hosts)?),
         None => None,
@@ -139,7 +126,7 @@ pub fn supervise(
             helper.publishes(),
             Instant::now() + keeper::FIRST_START,
         ),
-        app_check: settings.app_check.is_some(),
+        app_check: settings.app_check,
         sys: Kernel {
             inbox,
             helper,
@@ -153,9 +140,9 @@ pub fn supervise(
         last_look: None,
         senders: Default::default(),
         me: kernel::own_pid(),
-        inflight_port: settings.metrics.inflight_port,
+        inflight_port: settings.inflight_port,
         ready_port: settings.ready_port,
-        scale_in_protection: settings.protection.is_some(),
+        scale_in_protection: settings.scale_in_protection,
         ready_open: false,
         ready_retry: None,
         woke_late: Duration::ZERO,
@@ -229,14 +216,14 @@ fn why_not_run(program: &str, err: &std::io::Error) -> String {
 /// The addresses of `--listen` (a host name's every address), looked up once; with
 /// the endpoint off, the default's (the ready port listens on the same host), with
 /// whether they are the dual-stack default that falls back to IPv4 (`any`).
-fn endpoint_addresses(listen: &cli::Listen) -> anyhow::Result<Hosts> {
+fn endpoint_addresses(listen: &settings::Listen) -> anyhow::Result<Hosts> {
     let (addrs, any) = match &listen.at {
-        Some(cli::ListenAt::Addr(addr)) => (vec![*addr], false),
-        Some(cli::ListenAt::Name { host, port }) => {
+        Some(settings::ListenAt::Addr(addr)) => (vec![*addr], false),
+        Some(settings::ListenAt::Name { host, port }) => {
             (crate::lookup::for_listen(host, *port)?, false)
         }
-        Some(cli::ListenAt::Any(port)) => (vec![dual_stack(*port)], true),
-        None => (vec![dual_stack(cli::DEFAULT_PORT)], true),
+        Some(settings::ListenAt::Any(port)) => (vec![dual_stack(*port)], true),
+        None => (vec![dual_stack(settings::DEFAULT_PORT)], true),
     };
     Ok(Hosts { addrs, any })
 }
@@ -304,15 +291,15 @@ fn bind_ready_port(port: u16, hosts: &mut Hosts) -> anyhow::Result<kernel::Ready
 /// must work; the default may be taken (two lifeguards in one pod), which costs only a
 /// warning. Returns them with the number of connections they may hold at once.
 fn bind_endpoint(
-    listen: &cli::Listen,
+    listen: &settings::Listen,
     hosts: &mut Hosts,
-    sizes: &EndpointSizes,
 ) -> anyhow::Result<Option<(Vec<std::net::TcpListener>, usize)>> {
     let Some(at) = &listen.at else {
         return Ok(None);
     };
-    let limit = kernel::raise_descriptor_limit(MAX_DESCRIPTORS);
-    let cap = (limit.saturating_sub(RESERVED_DESCRIPTORS) as usize).min(sizes.max_connections);
+    let limit = kernel::raise_descriptor_limit(endpoint::MAX_DESCRIPTORS);
+    let cap = (limit.saturating_sub(endpoint::RESERVED_DESCRIPTORS) as usize)
+        .min(endpoint::MAX_CONNECTIONS);
     let mut listeners = Vec::new();
     for mut addr in hosts.addrs.clone() {
         let bound = match kernel::bound_socket(addr, true) {
@@ -328,9 +315,11 @@ fn bind_endpoint(
         match bound.map(std::net::TcpListener::from) {
             Ok(listener) => {
                 // Refinements only: a listener the kernel would not tune still serves.
-                if let Err(err) =
-                    kernel::tune_listener(&listener, sizes.receive_buffer, sizes.send_buffer)
-                {
+                if let Err(err) = kernel::tune_listener(
+                    &listener,
+                    endpoint::RECEIVE_BUFFER,
+                    endpoint::SEND_BUFFER,
+                ) {
                     logging::warn(format!("endpoint socket left untuned: {err}"), &[]);
                 }
                 logging::info(
@@ -341,7 +330,7 @@ fn bind_endpoint(
             }
             Err(err) if listen.explicit => {
                 return Err(err).with_context(|| match at {
-                    cli::ListenAt::Name { .. } => format!("cannot listen on {addr} ({at})"),
+                    settings::ListenAt::Name { .. } => format!("cannot listen on {addr} ({at})"),
                     _ => format!("cannot listen on {addr}"),
                 });
             }

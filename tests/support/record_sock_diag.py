@@ -2,7 +2,7 @@
 """Records the sock_diag replies of tests/fixtures/sock_diag from this machine's kernel.
 
 Each fixture is the raw reply datagrams of one dump, concatenated, as the kernel sent
-them for a request of the kind lifeguard sends (src/helper/metrics/inflight/diag.rs), on
+them for a request of the kind lifeguard sends (src/sock_diag/diag.rs), on
 loopback sockets set up here in a known state:
 
   v4_queue_and_requests.bin   per-family AF_INET request, port filter: 2 queued

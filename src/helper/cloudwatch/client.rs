@@ -19,7 +19,7 @@ use aws_sdk_cloudwatch::primitives::DateTime;
 use aws_sdk_cloudwatch::types::{Dimension, MetricDatum, StandardUnit};
 use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode};
 
-use super::config::operation_timeout;
+use super::operation_timeout;
 use super::outcome::Outcome;
 use super::plan::{Datum, Value};
 use super::{Config, Put, PutCall};

@@ -17,10 +17,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::sync::oneshot;
 
-use super::config::{Agent, Config};
 use super::outcome::Outcome;
 use super::plan::Datum;
 use super::{emf, Put, PutCall};
+use crate::settings::{Agent, CloudWatch as Config};
 
 /// How long a connection to the agent or a write to it may take.
 const AGENT_TIMEOUT: Duration = Duration::from_secs(1);

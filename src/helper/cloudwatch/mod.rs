@@ -1,7 +1,6 @@
 //! High-resolution CloudWatch metrics for fast ECS scaling: the publisher, on
 //! a thread of its own, fed by the sampler's 1-second samples.
 //!
-//! - `config`: the `METRICS_*` contract, validated at start
 //! - `plan`: when to publish and what (pure)
 //! - `client`: PutMetricData through the AWS SDK (the cargo feature `cloudwatch-api`)
 //! - `emf`: the same batch as an Embedded Metric Format record (pure)
@@ -16,7 +15,6 @@
 
 #[cfg(feature = "cloudwatch-api")]
 pub mod client;
-pub mod config;
 pub mod emf;
 pub mod emf_writer;
 pub mod outcome;
@@ -35,12 +33,13 @@ use crate::logging;
 use outcome::Outcome;
 use plan::{Datum, Plan, Reading};
 
-pub use config::Config;
+use crate::settings::{CloudWatch as Config, Sink};
 
-/// Whether this build carries the AWS SDK (`METRICS_SINK=api`): the cargo feature
-/// `cloudwatch-api`, on by default; `--no-default-features` leaves the SDK, rustls and
-/// ring out.
-pub const API_BUILT: bool = cfg!(feature = "cloudwatch-api");
+/// A call's (or an EMF record's) whole budget: within the interval (one late datum,
+/// never a queue of calls), and at most 5 s.
+pub fn operation_timeout(interval: Duration) -> Duration {
+    (interval.mul_f64(0.8)).min(Duration::from_secs(5))
+}
 
 /// How long the exit flush may take.
 pub const FLUSH_LIMIT: Duration = Duration::from_secs(2);
@@ -73,11 +72,11 @@ pub struct FailureLog {
 }
 
 impl FailureLog {
-    pub fn new(sink: &config::Sink) -> FailureLog {
+    pub fn new(sink: &Sink) -> FailureLog {
         FailureLog {
             what: match sink {
-                config::Sink::Api => "CloudWatch PutMetricData",
-                config::Sink::Emf(_) => "sending EMF records to the CloudWatch agent",
+                Sink::Api => "CloudWatch PutMetricData",
+                Sink::Emf(_) => "sending EMF records to the CloudWatch agent",
             },
             ..FailureLog::default()
         }
@@ -258,18 +257,18 @@ async fn run(config: Config, desk: Arc<Desk>, stopper: Stopper) {
 /// The way to CloudWatch the configuration names.
 async fn connect(config: &Config) -> Result<Arc<dyn Put>, String> {
     match &config.sink {
-        config::Sink::Emf(agent) => {
-            let timeout = config::operation_timeout(config.interval);
+        Sink::Emf(agent) => {
+            let timeout = operation_timeout(config.interval);
             emf_writer::EmfSink::start(config, agent.clone(), timeout)
                 .map(|sink| Arc::new(sink) as Arc<dyn Put>)
                 .map_err(|e| format!("starting the EMF writer thread: {e}"))
         }
         #[cfg(feature = "cloudwatch-api")]
-        config::Sink::Api => client::Client::connect(config)
+        Sink::Api => client::Client::connect(config)
             .await
             .map(|client| Arc::new(client) as Arc<dyn Put>),
         #[cfg(not(feature = "cloudwatch-api"))]
-        config::Sink::Api => Err(
+        Sink::Api => Err(
             "this build has no CloudWatch API (cargo feature cloudwatch-api): set METRICS_SINK=emf"
                 .to_string(),
         ),
@@ -441,7 +440,7 @@ mod tests {
     #[test]
     fn failures_are_logged_first_then_summarized_then_the_recovery() {
         let t0 = Instant::now();
-        let mut log = FailureLog::new(&config::Sink::Api);
+        let mut log = FailureLog::new(&Sink::Api);
         let fail = Err((Outcome::Timeout, "no answer within 5s".to_string()));
         assert_eq!(log.on(&Ok(()), t0), None, "a success is no news");
         let (warning, first) = log.on(&fail, t0).unwrap();
@@ -458,8 +457,8 @@ mod tests {
         );
         assert_eq!(log.on(&Ok(()), t0 + Duration::from_secs(62)), None);
         // The EMF sink's agent is no API call: its line says what failed.
-        let agent = config::Agent::Tcp("127.0.0.1".into(), 25888);
-        let mut log = FailureLog::new(&config::Sink::Emf(Some(agent)));
+        let agent = crate::settings::Agent::Tcp("127.0.0.1".into(), 25888);
+        let mut log = FailureLog::new(&Sink::Emf(Some(agent)));
         let (_, first) = log.on(&fail, t0).unwrap();
         assert!(
             first.starts_with("sending EMF records to the CloudWatch agent failed"),

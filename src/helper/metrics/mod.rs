@@ -42,6 +42,7 @@ use std::time::Duration;
 use crate::helper::desk::Desk;
 use crate::helper::threads::{self, Helper};
 use crate::logging;
+use crate::settings::Metrics;
 use sampler::sample_forever;
 use task::{poll_task, TaskState, METADATA_TIMEOUT};
 
@@ -50,15 +51,6 @@ pub const INTERVAL: Duration = Duration::from_secs(1);
 /// How often the in-flight figure is read while a drain runs, for its hold.
 pub const HOLD_INTERVAL: Duration = Duration::from_millis(100);
 
-/// The sampler's settings (the CLI maps flags and the environment onto them).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Config {
-    /// `--inflight-port`: count in-flight requests on this TCP port.
-    pub inflight_port: Option<u16>,
-    /// `ECS_CONTAINER_METADATA_URI_V4`: CPU and memory are the task's.
-    pub ecs_metadata: Option<String>,
-}
-
 /// Starts the sampler on a thread of its own (in the helper process),
 /// so sampling never takes a moment from supervision: the cgroup files and the
 /// sock_diag dump are synchronous reads (well under a millisecond, more with many
@@ -66,15 +58,12 @@ pub struct Config {
 /// a timeout, so a hung endpoint costs the task-scope figures and nothing else. If the
 /// thread cannot start, lifeguard runs on without samples (and a drain's hold, seeing
 /// no figures, does not hold).
-pub fn start(config: Config, desk: Arc<Desk>) {
+pub fn start(config: Metrics, desk: Arc<Desk>) {
     // The agent gives an address (169.254.170.2); a name needs the lookup thread.
     let name_lookups = config.ecs_metadata.as_deref().is_some_and(|uri| {
         uri.parse::<hyper::Uri>()
             .ok()
-            .and_then(|u| {
-                u.host()
-                    .map(|h| crate::helper::http_client::address(h).is_none())
-            })
+            .and_then(|u| u.host().map(|h| crate::lookup::address(h).is_none()))
             .unwrap_or(false)
     });
     // The task's figures outlive a restart of the sampler.

@@ -8,16 +8,17 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::derive::{Derive, Reading};
-use super::inflight::{self, Ages, InFlight, InFlightSource, ResponseTimes};
+use super::inflight::{Ages, InFlight, InFlightSource, ResponseTimes};
 use super::sample::Sample;
 use super::task::TaskState;
 use super::traffic::{OtherListeners, Others, PortLook, Traffic};
 use super::{cgroup, ecs, netstat, process_tree, quota, saturation};
-use super::{Config, HOLD_INTERVAL, INTERVAL};
+use super::{HOLD_INTERVAL, INTERVAL};
 use crate::board::{Busy, Phase};
 use crate::faults;
 use crate::helper::desk::Desk;
 use crate::logging;
+use crate::settings::Metrics;
 
 /// How often the namespace's other listeners are read outside a drain.
 const OTHERS_EVERY: Duration = Duration::from_secs(30);
@@ -26,7 +27,7 @@ const OTHERS_EVERY: Duration = Duration::from_secs(30);
 /// hold (the supervisor rings the sampler's bell when the phase changes, so the first
 /// of those comes at once).
 pub(super) async fn sample_forever(
-    config: Config,
+    config: Metrics,
     task: Option<Arc<Mutex<TaskState>>>,
     desk: Arc<Desk>,
 ) {
@@ -46,7 +47,7 @@ pub(super) async fn sample_forever(
 
 /// What the sampler keeps from one look to the next.
 struct Sampler {
-    config: Config,
+    config: Metrics,
     /// The task's figures as its poller last fetched them (on ECS).
     task: Option<Arc<Mutex<TaskState>>>,
     desk: Arc<Desk>,
@@ -56,7 +57,7 @@ struct Sampler {
     derive: Derive,
     app_tree: process_tree::TreeReader,
     listen_watch: saturation::Watch,
-    port_watch: inflight::listening::PortWatch,
+    port_watch: crate::sock_diag::listening::PortWatch,
     quota_watch: quota::QuotaWatch,
     /// The namespace's other listeners, and when they were read.
     others: Option<(Instant, Vec<u16>)>,
@@ -76,7 +77,7 @@ struct Sampler {
 }
 
 impl Sampler {
-    fn new(config: Config, task: Option<Arc<Mutex<TaskState>>>, desk: Arc<Desk>) -> Sampler {
+    fn new(config: Metrics, task: Option<Arc<Mutex<TaskState>>>, desk: Arc<Desk>) -> Sampler {
         let cgroup = cgroup::discover();
         // Outside a container the cgroup is whatever lifeguard was started in (a login
         // session's, a CI job's): its figures are not the app's alone.
@@ -111,7 +112,7 @@ impl Sampler {
             derive: Derive::default(),
             app_tree: process_tree::TreeReader::new(),
             listen_watch: saturation::Watch::default(),
-            port_watch: inflight::listening::PortWatch::default(),
+            port_watch: crate::sock_diag::listening::PortWatch::default(),
             quota_watch: quota::QuotaWatch::default(),
             others: None,
             was_draining: false,
@@ -447,7 +448,11 @@ impl Sampler {
 
 /// The warning for `--inflight-port` without a listener, naming what does listen
 /// (`here`: None when the namespace's listeners could not be dumped).
-fn port_missing(port: u16, miss: inflight::listening::Miss, here: Option<Vec<u16>>) -> String {
+fn port_missing(
+    port: u16,
+    miss: crate::sock_diag::listening::Miss,
+    here: Option<Vec<u16>>,
+) -> String {
     let here = match here {
         None => "unknown".to_string(),
         Some(here) if here.is_empty() => "nothing".to_string(),
@@ -458,15 +463,15 @@ fn port_missing(port: u16, miss: inflight::listening::Miss, here: Option<Vec<u16
             .join(", "),
     };
     match miss {
-        inflight::listening::Miss::WhileRunning(for_) => format!(
+        crate::sock_diag::listening::Miss::WhileRunning(for_) => format!(
             "nothing listens on --inflight-port {port} ({} since the app was ready): the drain cannot see the app's requests there; listening in this network namespace: {here} (lifeguard's endpoint among them). Is --inflight-port the app's port?",
             crate::seconds::human(Duration::from_secs(for_.as_secs()))
         ),
-        inflight::listening::Miss::WhileStarting(for_) => format!(
+        crate::sock_diag::listening::Miss::WhileStarting(for_) => format!(
             "nothing listens on --inflight-port {port} {} after the app started, and with --inflight-port and no other check the app is ready only once it does: /readyz says starting, and the ready port is closed; listening in this network namespace: {here} (lifeguard's endpoint among them). Is --inflight-port the app's port?",
             crate::seconds::human(Duration::from_secs(for_.as_secs()))
         ),
-        inflight::listening::Miss::AtDrain => format!(
+        crate::sock_diag::listening::Miss::AtDrain => format!(
             "draining, but nothing has listened on --inflight-port {port} since lifeguard started: the drain's hold cannot tell the app is idle and holds the stop signal until --drain-max; listening in this network namespace: {here}"
         ),
     }

@@ -233,7 +233,7 @@ mod tests {
     use crate::helper::metrics::inflight::TcpInfoFields;
 
     fn listening(backlog: u32, queued: u32) -> SockRecord {
-        crate::helper::metrics::inflight::testing::listener(1, queued, backlog)
+        crate::sock_diag::testing::listener(1, queued, backlog)
     }
 
     fn connection(state: u8, inode: u32, sent_ms_ago: u32) -> SockRecord {

@@ -21,20 +21,6 @@ pub const CALL_TIMEOUT: Duration = Duration::from_secs(5);
 /// Answers are a few hundred bytes.
 const MAX_ANSWER: usize = 16 * 1024;
 
-/// The state endpoint under the agent's URI, or why it cannot be used.
-pub fn endpoint(agent_uri: &str) -> Result<Uri, String> {
-    let base = agent_uri.trim().trim_end_matches('/');
-    let uri: Uri = format!("{base}/task-protection/v1/state")
-        .parse()
-        .map_err(|e| format!("ECS_AGENT_URI ({agent_uri}) is not a URL: {e}"))?;
-    if uri.scheme_str() != Some("http") || uri.host().is_none() {
-        return Err(format!(
-            "ECS_AGENT_URI ({agent_uri}) is not an http:// URL, as the ECS agent sets it"
-        ));
-    }
-    Ok(uri)
-}
-
 /// Makes one call, within `CALL_TIMEOUT`.
 pub async fn call(endpoint: &Uri, ask: Ask) -> Answer {
     let (method, body) = match ask {
@@ -168,16 +154,5 @@ mod tests {
             parse(200, r#"{"protection":{"protectionEnabled":true}}"#),
             Answer::State { enabled: true }
         );
-    }
-
-    #[test]
-    fn the_endpoint_under_the_agents_uri() {
-        let uri = endpoint("http://169.254.170.2/api/4e5bb1d0-task/").unwrap();
-        assert_eq!(
-            uri.to_string(),
-            "http://169.254.170.2/api/4e5bb1d0-task/task-protection/v1/state"
-        );
-        assert!(endpoint("https://x/api").unwrap_err().contains("http://"));
-        assert!(endpoint("not a url").unwrap_err().contains("ECS_AGENT_URI"));
     }
 }

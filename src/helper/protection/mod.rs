@@ -23,17 +23,11 @@ use crate::board::Phase;
 use crate::helper::desk::Desk;
 use crate::helper::threads::{self, Helper};
 use crate::logging;
+use crate::settings::Protection;
 use rule::{Ask, Rule, Said};
 
-/// `--scale-in-protection` on ECS: the threshold and the agent's state endpoint.
-#[derive(Clone, Debug)]
-pub struct Config {
-    pub after: Duration,
-    pub endpoint: hyper::Uri,
-}
-
 /// Starts the protection's thread.
-pub fn start(config: Config, desk: Arc<Desk>) {
+pub fn start(config: Protection, desk: Arc<Desk>) {
     desk.counters.protection_on();
     let started = threads::start(Helper::ScaleIn, false, move || {
         run(config.clone(), desk.clone())
@@ -43,7 +37,7 @@ pub fn start(config: Config, desk: Arc<Desk>) {
     }
 }
 
-async fn run(config: Config, desk: Arc<Desk>) {
+async fn run(config: Protection, desk: Arc<Desk>) {
     let mut rule = Rule::new(
         config.after,
         crate::faults::minute(),

@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use netlink_packet_sock_diag::constants::TCP_ESTABLISHED;
 
-use super::count::SockRecord;
+use crate::sock_diag::count::SockRecord;
 
 /// The response-time histogram's upper bounds, in seconds: from 5 ms (a cached answer,
 /// within two jiffies) to 30 s (the longest a balancer waits by default: an ALB's idle
@@ -146,11 +146,11 @@ impl Ages {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::info;
     use super::*;
+    use crate::sock_diag::testing::info;
     use netlink_packet_sock_diag::constants::TCP_LISTEN;
 
-    fn conn(cookie: u64, rqueue: u32, info: super::super::count::TcpInfoFields) -> SockRecord {
+    fn conn(cookie: u64, rqueue: u32, info: crate::sock_diag::count::TcpInfoFields) -> SockRecord {
         SockRecord {
             state: TCP_ESTABLISHED,
             inode: 10 + cookie as u32,

@@ -27,7 +27,7 @@
 
 use netlink_packet_sock_diag::constants::TCP_LISTEN;
 
-use super::count::{InFlight, SockRecord};
+use crate::sock_diag::count::{InFlight, SockRecord};
 
 /// The namespace's TCP segments received and sent.
 pub(super) type Segments = (u64, u64);
@@ -88,8 +88,8 @@ impl Baseline {
 
 #[cfg(test)]
 mod tests {
-    use super::super::testing::listener;
     use super::*;
+    use crate::sock_diag::testing::listener;
     use netlink_packet_sock_diag::constants::TCP_ESTABLISHED;
 
     fn connection(cookie: u64) -> SockRecord {

@@ -4,11 +4,11 @@
 #![forbid(unsafe_code)]
 
 use super::super::netstat;
-use super::count::{InFlight, SockRecord};
-use super::listening;
 use super::quiet;
-use super::reader::InFlightReader;
 use crate::logging;
+use crate::sock_diag::count::{InFlight, SockRecord};
+use crate::sock_diag::listening;
+use crate::sock_diag::reader::InFlightReader;
 
 /// The in-flight reader, opened at first use and again after a failure; one warning
 /// per outage. The sampler owns the one there is: the hold reads its figures.

@@ -75,7 +75,7 @@ pub struct SockRecord {
 ///
 /// Connections count whether or not a listener is left: an app that closed its listener to
 /// drain still has the requests it accepted to answer.
-pub(super) fn count(sockets: &[SockRecord]) -> InFlight {
+pub fn count(sockets: &[SockRecord]) -> InFlight {
     let mut accept_queue: Option<u64> = None;
     let mut outstanding = 0u64;
     for socket in sockets {

@@ -6,10 +6,10 @@ use netlink_packet_sock_diag::constants::TCP_LISTEN;
 
 use super::count::{InFlight, SockRecord, TcpInfoFields};
 
-pub(super) const REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
-pub(super) const ANSWER: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
+pub const REQUEST: &[u8] = b"GET / HTTP/1.1\r\nHost: x\r\n\r\n";
+pub const ANSWER: &[u8] = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
 
-pub(super) const fn info(received: u64, sent: u64, recv_ms: u32, sent_ms: u32) -> TcpInfoFields {
+pub const fn info(received: u64, sent: u64, recv_ms: u32, sent_ms: u32) -> TcpInfoFields {
     TcpInfoFields {
         bytes_received: received,
         bytes_sent: sent,
@@ -19,7 +19,7 @@ pub(super) const fn info(received: u64, sent: u64, recv_ms: u32, sent_ms: u32) -
 }
 
 /// A listening socket with `queued` connections waiting and room for `backlog`.
-pub(in crate::helper::metrics) fn listener(cookie: u64, queued: u32, backlog: u32) -> SockRecord {
+pub fn listener(cookie: u64, queued: u32, backlog: u32) -> SockRecord {
     SockRecord {
         local_port: 0,
         state: TCP_LISTEN,
@@ -33,7 +33,7 @@ pub(in crate::helper::metrics) fn listener(cookie: u64, queued: u32, backlog: u3
 }
 
 /// Connections waiting in the accept queue, and nothing else.
-pub(super) fn queued(n: u64) -> InFlight {
+pub fn queued(n: u64) -> InFlight {
     InFlight {
         requests: n,
         accept_queue: Some(n),
@@ -41,7 +41,7 @@ pub(super) fn queued(n: u64) -> InFlight {
 }
 
 /// Accepted connections with a request outstanding, the queue empty.
-pub(super) fn serving(requests: u64) -> InFlight {
+pub fn serving(requests: u64) -> InFlight {
     InFlight {
         requests,
         accept_queue: Some(0),
@@ -49,7 +49,7 @@ pub(super) fn serving(requests: u64) -> InFlight {
 }
 
 impl InFlight {
-    pub(super) fn with_queue(self, queue: u64) -> Self {
+    pub fn with_queue(self, queue: u64) -> Self {
         InFlight {
             accept_queue: Some(queue),
             ..self

@@ -1,39 +1,18 @@
-//! The environment contract of the ECS scaling module:
-//! `METRICS_NAMESPACE`, `METRICS_INTERVAL`, `METRICS_DIMENSIONS`,
-//! `METRICS_BURST_THRESHOLD`, and `METRICS_EXTRA` (the metrics sent only on request). A value that cannot be used is refused at start, naming
-//! the variable and the accepted form: a typo in a task definition should fail the
-//! deploy, not publish nothing for months.
+//! The environment contract of CloudWatch publishing: `METRICS_NAMESPACE`,
+//! `METRICS_INTERVAL`, `METRICS_DIMENSIONS`, `METRICS_BURST_THRESHOLD`, `METRICS_EXTRA`
+//! (the metrics sent only on request) and `AWS_EMF_AGENT_ENDPOINT`, read into
+//! `settings::CloudWatch`. A value that cannot be used is refused at start, naming the
+//! variable and the accepted form: a typo in a task definition should fail the deploy,
+//! not publish nothing for months.
 #![forbid(unsafe_code)]
 
 use std::time::Duration;
 
+use crate::settings::{Agent, CloudWatch as Config, Sink};
+
 /// CloudWatch allows at most 30 dimensions per metric.
 pub const MAX_DIMENSIONS: usize = 30;
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(10);
-
-/// A call's (or an EMF record's) whole budget: within the interval (one late datum,
-/// never a queue of calls), and at most 5 s.
-pub fn operation_timeout(interval: Duration) -> Duration {
-    (interval.mul_f64(0.8)).min(Duration::from_secs(5))
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub struct Config {
-    /// Where the figures go: the PutMetricData API, or Embedded Metric Format records.
-    pub sink: Sink,
-    pub namespace: String,
-    /// One PutMetricData this often (and after every burst publish).
-    pub interval: Duration,
-    pub dimensions: Vec<(String, String)>,
-    /// A 1-second in-flight sample at or above this publishes at once; None: no burst.
-    pub burst_threshold: Option<u64>,
-    /// `METRICS_EXTRA=OldestRequestAge`: the oldest waiting request's age too (a custom
-    /// metric more, so only on request).
-    pub oldest_request_age: bool,
-    /// `METRICS_EXTRA=ScaleInProtected`: 1 while ECS keeps the task out of scale-in, 0
-    /// otherwise (with `--scale-in-protection`).
-    pub scale_in_protected: bool,
-}
 
 /// The metrics `METRICS_EXTRA` may name.
 pub const EXTRA_METRICS: [&str; 2] = ["OldestRequestAge", "ScaleInProtected"];
@@ -47,21 +26,6 @@ pub enum SinkKind {
     /// Embedded Metric Format log records: to the CloudWatch agent, or on stdout for
     /// the log driver (no credentials, no AWS call).
     Emf,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Sink {
-    Api,
-    /// EMF records to the agent at `AWS_EMF_AGENT_ENDPOINT`, or to stdout.
-    Emf(Option<Agent>),
-}
-
-/// The CloudWatch agent's EMF listener, as AWS's embedded-metrics libraries name it:
-/// `tcp://host:port` or `udp://host:port` in `AWS_EMF_AGENT_ENDPOINT`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Agent {
-    Tcp(String, u16),
-    Udp(String, u16),
 }
 
 /// Reads the contract; `Ok(None)` when publishing is off (no namespace).

@@ -531,11 +531,9 @@ mod tests {
     // The fixtures are little-endian host-order bytes (recorded on x86_64); aarch64 Linux
     // is little-endian as well, and a big-endian target would have to record its own.
     const _: () = assert!(cfg!(target_endian = "little"));
-    const V4: &[u8] =
-        include_bytes!("../../../../tests/fixtures/sock_diag/v4_queue_and_requests.bin");
-    const V6: &[u8] = include_bytes!("../../../../tests/fixtures/sock_diag/v6_dual_stack.bin");
-    const EINVAL: &[u8] =
-        include_bytes!("../../../../tests/fixtures/sock_diag/bad_filter_einval.bin");
+    const V4: &[u8] = include_bytes!("../../tests/fixtures/sock_diag/v4_queue_and_requests.bin");
+    const V6: &[u8] = include_bytes!("../../tests/fixtures/sock_diag/v6_dual_stack.bin");
+    const EINVAL: &[u8] = include_bytes!("../../tests/fixtures/sock_diag/bad_filter_einval.bin");
 
     #[test]
     fn parses_a_recorded_ipv4_dump() {
@@ -587,8 +585,7 @@ mod tests {
         assert_eq!(count(&records), serving(3).with_queue(2));
     }
 
-    const LEGACY: &[u8] =
-        include_bytes!("../../../../tests/fixtures/sock_diag/legacy_both_families.bin");
+    const LEGACY: &[u8] = include_bytes!("../../tests/fixtures/sock_diag/legacy_both_families.bin");
 
     #[test]
     fn parses_a_recorded_legacy_dump_of_both_families() {

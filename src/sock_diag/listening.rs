@@ -2,7 +2,7 @@
 //! does: a port given wrong (the app serves on 8000, the flag says 8080) would make
 //! every drain end at its first look, the requests unseen, with no word said. Pure: the
 //! watch decides from each sample's dump (the ports that do listen come from a dump of
-//! the namespace's listeners, inflight/reader.rs); the sockstat parser reads recorded
+//! the namespace's listeners, reader.rs); the sockstat parser reads recorded
 //! text.
 #![forbid(unsafe_code)]
 

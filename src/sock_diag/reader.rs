@@ -26,7 +26,7 @@ const RECV_TIMEOUT: Duration = Duration::from_millis(20);
 const SAMPLE_DEADLINE: Duration = Duration::from_millis(100);
 
 /// Samples the in-flight requests of one TCP port, IPv4 and IPv6.
-pub(super) struct InFlightReader {
+pub struct InFlightReader {
     port: u16,
     /// Opened lazily again after a failed sample, so a dump left half-read cannot stall
     /// the next one (the kernel refuses a second dump while one is running).
@@ -100,7 +100,7 @@ impl Requests {
 }
 
 impl InFlightReader {
-    pub(super) fn new(port: u16) -> io::Result<Self> {
+    pub fn new(port: u16) -> io::Result<Self> {
         Self::with_ways(port, &LADDER)
     }
 
@@ -121,7 +121,7 @@ impl InFlightReader {
     /// One sample: a dump of the port's TCP sockets, IPv4 and IPv6 (an IPv6 `[::]`
     /// listener takes IPv4 clients as v4-mapped IPv6 sockets, so both are needed), in one
     /// legacy request or, on a kernel that refuses it, one request per family.
-    pub(super) fn sample(&mut self) -> io::Result<InFlight> {
+    pub fn sample(&mut self) -> io::Result<InFlight> {
         self.run_down_the_ladder(Dump::Port)
             .map(|()| count(&self.records))
     }
@@ -142,13 +142,13 @@ impl InFlightReader {
     }
 
     /// The sockets of the last sample's dump.
-    pub(super) fn records(&self) -> &[SockRecord] {
+    pub fn records(&self) -> &[SockRecord] {
         &self.records
     }
 
     /// The port's listeners alone, in the way of asking in use; `records()` keeps the
     /// last full sample's sockets.
-    pub(super) fn sample_listeners(&mut self) -> io::Result<&[SockRecord]> {
+    pub fn sample_listeners(&mut self) -> io::Result<&[SockRecord]> {
         self.run_down_the_ladder(Dump::Listeners)?;
         Ok(&self.listeners)
     }
@@ -156,7 +156,7 @@ impl InFlightReader {
     /// Every TCP socket of the network namespace, in the states the port's dump asks
     /// for, the app's port's included: what the drain's quiet rule reads to tell other
     /// listeners' connections from the port's, where the kernel cannot filter them.
-    pub(super) fn sample_namespace(&mut self) -> io::Result<&[SockRecord]> {
+    pub fn sample_namespace(&mut self) -> io::Result<&[SockRecord]> {
         self.run(Dump::Namespace)?;
         Ok(&self.namespace)
     }
@@ -166,7 +166,7 @@ impl InFlightReader {
     /// by the kernel, so the cost is its walk of the table and not a copy of every
     /// socket. None where the way in use has no kernel-side filter, or for more ports
     /// than one filter names (the caller then reads the whole table, or does without).
-    pub(super) fn sample_others(&mut self, ports: &[u16]) -> Option<io::Result<&[SockRecord]>> {
+    pub fn sample_others(&mut self, ports: &[u16]) -> Option<io::Result<&[SockRecord]>> {
         if self
             .requests
             .others
@@ -182,7 +182,7 @@ impl InFlightReader {
 
     /// The sockets of the last dump of the namespace (whole, its listeners, or the
     /// other listeners' connections).
-    pub(super) fn namespace_records(&self) -> &[SockRecord] {
+    pub fn namespace_records(&self) -> &[SockRecord] {
         &self.namespace
     }
 
@@ -191,7 +191,7 @@ impl InFlightReader {
     /// kernel's listening hash only, where reading /proc/net/tcp and tcp6 walks the
     /// established table twice over (about 10 ms a read on a busy host, against a few
     /// hundred µs).
-    pub(super) fn listening_ports(&mut self) -> io::Result<Vec<u16>> {
+    pub fn listening_ports(&mut self) -> io::Result<Vec<u16>> {
         self.run(Dump::AllListeners)?;
         // A bit per port, read back in order: sorted and once each in one pass over
         // 1,024 words, with no sort's code in the binary for it.
