@@ -3,6 +3,7 @@
 #![allow(unsafe_code)]
 
 use std::io;
+use std::os::fd::AsFd;
 
 // ---------------------------------------------------------------------------------------
 // Lifeguard's own process attributes.
@@ -108,24 +109,27 @@ pub fn raise_descriptor_limit(wanted: u64) -> u64 {
     original.rlim_cur
 }
 
-/// Sets up the endpoint's listener for bursts and for hostile clients:
-/// - the longest listen backlog the host allows (somaxconn, 4096 by default; std's
-///   bind asks for 128, and a second listen() on a listening socket only changes the
-///   backlog), so a burst of connections while lifeguard waits for a core is queued,
-///   not dropped into the client's one-second SYN retry. (Asked for as -1: nix refuses
-///   numbers above the C library's SOMAXCONN, which is 128 on musl.)
-/// - small kernel buffers for its connections, which inherit the listener's: health
-///   requests and answers are a few hundred bytes, and a client that pipelines requests
-///   without reading the answers would otherwise grow them to megabytes, charged to the
-///   container's memory. (The kernel doubles the values for its bookkeeping.)
-pub fn tune_listener(
-    listener: &std::net::TcpListener,
-    receive: usize,
-    send: usize,
-) -> io::Result<()> {
-    use nix::sys::socket::{listen, setsockopt, sockopt, Backlog};
-    setsockopt(listener, sockopt::RcvBuf, &receive)?;
-    setsockopt(listener, sockopt::SndBuf, &send)?;
-    listen(listener, Backlog::MAXALLOWABLE)?;
+/// Small kernel buffers for a listener's connections, which inherit the listener's:
+/// health requests and answers are a few hundred bytes, and a client that pipelines
+/// requests without reading the answers would otherwise grow them to megabytes, charged
+/// to the container's memory. (The kernel doubles the values for its bookkeeping.) Set
+/// before `listen`: tcp(7) says a connection's buffer sizes must be set before
+/// listen(2) to take effect, the window scale being fixed at the handshake.
+pub fn tune_buffers(socket: &impl AsFd, receive: usize, send: usize) -> io::Result<()> {
+    use nix::sys::socket::{setsockopt, sockopt};
+    setsockopt(socket, sockopt::RcvBuf, &receive)?;
+    setsockopt(socket, sockopt::SndBuf, &send)?;
+    Ok(())
+}
+
+/// listen(2) on a bound socket, with the longest backlog the host allows (somaxconn,
+/// 4096 by default since Linux 5.4), so a burst of connections while lifeguard waits for
+/// a core is queued, not dropped into the client's one-second SYN retry. (Asked for as
+/// -1: nix refuses numbers above the C library's SOMAXCONN, which is 128 on musl.) It
+/// can fail where the bind did not: two sockets bound to one port with SO_REUSEADDR
+/// (two lifeguards, or one and the mirror, starting at once) are both let bind, and
+/// only the first to listen may (EADDRINUSE for the other).
+pub fn listen(socket: &impl AsFd) -> io::Result<()> {
+    nix::sys::socket::listen(socket, nix::sys::socket::Backlog::MAXALLOWABLE)?;
     Ok(())
 }

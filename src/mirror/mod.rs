@@ -161,8 +161,14 @@ fn bind(listen: &ListenAt) -> anyhow::Result<Vec<(TcpListener, SocketAddr)>> {
             }
             bound => (bound, addr),
         };
-        let listening = fd.map(TcpListener::from).and_then(|listener| {
-            kernel::tune_listener(&listener, http::MAX_HEAD, SEND_BUFFER)?;
+        let listening = fd.and_then(|fd| {
+            // Refinements only, before the listen (which counts: a bind can succeed
+            // where the listen then fails).
+            if let Err(err) = kernel::tune_buffers(&fd, http::MAX_HEAD, SEND_BUFFER) {
+                logging::warn(format!("listener left untuned: {err}"), &[]);
+            }
+            kernel::listen(&fd)?;
+            let listener = TcpListener::from(fd);
             listener.set_nonblocking(true)?;
             Ok(listener)
         });

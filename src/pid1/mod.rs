@@ -10,7 +10,7 @@ pub mod supervisor;
 pub mod sys;
 
 use std::convert::Infallible;
-use std::os::fd::RawFd;
+use std::os::fd::{OwnedFd, RawFd};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -60,7 +60,7 @@ pub fn supervise(
     // Bound before the app starts, so an unusable explicit address stops everything
     // with 125 and nothing is left half-started.
     let mut hosts = endpoint_addresses(&settings.listen)?;
-    let endpoint = bind_endpoint(&settings.listen, &mut hosts)?;
+    let endpoint = bind_endpoint(&settings.listen, &mut hosts, kernel::listen)?;
     let ready_port = match settings.ready_port {
         Some(port) => Some(bind_ready_port(port, &mut hosts)?),
         None => None,
@@ -289,10 +289,13 @@ fn bind_ready_port(port: u16, hosts: &mut Hosts) -> anyhow::Result<kernel::Ready
 
 /// The endpoint's listeners (one per address), if it is on. An address the user named
 /// must work; the default may be taken (two lifeguards in one pod), which costs only a
-/// warning. Returns them with the number of connections they may hold at once.
+/// warning. Returns them with the number of connections they may hold at once. A
+/// socket counts once it listens (`start`, the kernel's listen(2) but in tests): the
+/// bind alone can succeed where the listen then fails.
 fn bind_endpoint(
     listen: &settings::Listen,
     hosts: &mut Hosts,
+    start: impl Fn(&OwnedFd) -> std::io::Result<()>,
 ) -> anyhow::Result<Option<(Vec<std::net::TcpListener>, usize)>> {
     let Some(at) = &listen.at else {
         return Ok(None);
@@ -312,16 +315,18 @@ fn bind_endpoint(
             },
             bound => bound,
         };
-        match bound.map(std::net::TcpListener::from) {
+        let listening = bound.and_then(|fd| {
+            // Refinements only: a listener the kernel would not tune still serves.
+            if let Err(err) =
+                kernel::tune_buffers(&fd, endpoint::RECEIVE_BUFFER, endpoint::SEND_BUFFER)
+            {
+                logging::warn(format!("endpoint socket left untuned: {err}"), &[]);
+            }
+            start(&fd)?;
+            Ok(std::net::TcpListener::from(fd))
+        });
+        match listening {
             Ok(listener) => {
-                // Refinements only: a listener the kernel would not tune still serves.
-                if let Err(err) = kernel::tune_listener(
-                    &listener,
-                    endpoint::RECEIVE_BUFFER,
-                    endpoint::SEND_BUFFER,
-                ) {
-                    logging::warn(format!("endpoint socket left untuned: {err}"), &[]);
-                }
                 logging::info(
                     "endpoint listening",
                     &[("addr", &addr), ("connections", &cap)],
@@ -349,6 +354,41 @@ fn bind_endpoint(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn loopback(explicit: bool) -> (settings::Listen, Hosts) {
+        let addr: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+        let listen = settings::Listen {
+            at: Some(settings::ListenAt::Addr(addr)),
+            explicit,
+        };
+        let hosts = Hosts {
+            addrs: vec![addr],
+            any: false,
+        };
+        (listen, hosts)
+    }
+
+    #[test]
+    fn a_listen_that_fails_after_the_bind_counts_as_the_bind_would() {
+        // What a second socket bound to the port with SO_REUSEADDR meets when the other
+        // listened first.
+        let taken = |_: &OwnedFd| Err(std::io::Error::from_raw_os_error(libc::EADDRINUSE));
+        let (listen, mut hosts) = loopback(true);
+        let err = bind_endpoint(&listen, &mut hosts, taken).unwrap_err();
+        let said = format!("{err:#}");
+        assert!(said.starts_with("cannot listen on 127.0.0.1:0"), "{said}");
+        assert!(said.contains("in use"), "{said}");
+        // The default address: no endpoint, and no listener that never listens.
+        let (mut listen, mut hosts) = loopback(false);
+        assert!(bind_endpoint(&listen, &mut hosts, taken).unwrap().is_none());
+        // The kernel's listen: a socket that takes connections.
+        listen.explicit = true;
+        let (listeners, _) = bind_endpoint(&listen, &mut hosts, kernel::listen)
+            .unwrap()
+            .unwrap();
+        let addr = listeners[0].local_addr().unwrap();
+        std::net::TcpStream::connect(addr).expect("the endpoint's socket listens");
+    }
 
     #[test]
     fn dockers_short_stop_timeout_is_said_only_where_it_applies() {
