@@ -40,7 +40,7 @@ pub async fn call(endpoint: &Uri, ask: Ask) -> Answer {
     match tokio::time::timeout(CALL_TIMEOUT, request).await {
         Ok(Ok((status, body))) => parse(status, &body),
         Ok(Err(reason)) => Answer::Failed(format!("the ECS agent: {reason}")),
-        Err(_) => Answer::Failed(format!(
+        Err(_) => Answer::Unanswered(format!(
             "the ECS agent did not answer within {}",
             crate::seconds::human(CALL_TIMEOUT)
         )),

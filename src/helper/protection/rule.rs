@@ -68,8 +68,11 @@ pub enum Answer {
     Denied(String),
     /// `Throttling…`, or HTTP 429.
     Throttled(String),
-    /// Anything else: the agent gone or not answering in time, another error or failure
-    /// reason, an answer not understood.
+    /// No answer within the call's time: the agent may have carried the call out all
+    /// the same (its own call to ECS may have succeeded after lifeguard stopped waiting).
+    Unanswered(String),
+    /// Anything else: the agent gone, another error or failure reason, an answer not
+    /// understood.
     Failed(String),
 }
 
@@ -369,7 +372,21 @@ impl Rule {
                     self.retry_at = Some(now + self.minute * DENIED_RETRY_MINUTES);
                 }
             }
-            Answer::Throttled(reason) | Answer::Failed(reason) => {
+            Answer::Unanswered(reason) if ask == Ask::Protect => {
+                // A set (or renewal) with no answer may have been carried out, as a clear
+                // may: counted as set until `sent` plus the expiry, so the gauge and the
+                // stop line say "protected" while ECS may hold the task, a clear follows
+                // if the long request ends first, and the retry after the pause renews it.
+                let maybe = sent + self.expiry();
+                self.until = Some(self.until.map_or(maybe, |until| until.max(maybe)));
+                let reason = format!(
+                    "{reason} (it may have been carried out: counted as set until cleared or lapsed)"
+                );
+                let said = self.failed(ask, reason, now, jitter);
+                self.confirmed = now.checked_sub(self.renew_after());
+                return said;
+            }
+            Answer::Throttled(reason) | Answer::Unanswered(reason) | Answer::Failed(reason) => {
                 return self.failed(ask, reason, now, jitter);
             }
         }
@@ -715,6 +732,48 @@ mod tests {
         // minute after the last renewal (at 90 + 60 = 150).
         let (calls, _) = run(&mut rule, t0, (101, 110), |t| Some(t as f64), agrees);
         assert_eq!(calls, [(102, Ask::Protect)]);
+    }
+
+    #[test]
+    fn a_set_with_no_answer_counts_as_set_and_is_cleared_if_the_request_ends_first() {
+        // The first set timed out: the agent may have set the protection all the same.
+        let t0 = Instant::now();
+        let mut rule = started(t0);
+        let unanswered =
+            |_: Ask| Answer::Unanswered("the ECS agent did not answer within 5s".into());
+        let (calls, said) = run(&mut rule, t0, (1, 30), |t| Some(t as f64), unanswered);
+        assert_eq!(calls, [(30, Ask::Protect)]);
+        assert!(
+            matches!(&said[0], Said::Failing { ask: Ask::Protect, reason, .. } if reason.contains("may have been carried out")),
+            "{said:?}"
+        );
+        // Counted as set (the gauge, the stop line) for the expiry from the call's start.
+        assert_eq!(
+            rule.protected_until(t0 + s(31.0)),
+            Some(t0 + s(30.0) + rule.expiry())
+        );
+        // The long request ends at once: the set is tried again after the pause (within
+        // the settle time a protection is kept), and the clear comes when the settle time
+        // has passed, rather than an unsaid protection ECS holds up to the expiry.
+        let (calls, said) = run(&mut rule, t0, (31, 100), |_| Some(0.0), agrees);
+        assert_eq!(calls, [(32, Ask::Protect), (90, Ask::Clear)]);
+        assert!(
+            matches!(said.last(), Some(Said::Cleared { .. })),
+            "{said:?}"
+        );
+        assert_eq!(rule.protected_until(t0 + s(101.0)), None);
+        // A refused connection carried nothing out: nothing counts as set.
+        let mut refused = started(t0);
+        let gone = |_: Ask| Answer::Failed("the ECS agent: connection refused".into());
+        run(&mut refused, t0, (1, 30), |t| Some(t as f64), gone);
+        assert_eq!(refused.protected_until(t0 + s(31.0)), None);
+        // A set with no answer while the request goes on: retried after the pause, and
+        // set for good then.
+        let mut retried = started(t0);
+        run(&mut retried, t0, (1, 30), |t| Some(t as f64), unanswered);
+        let (calls, said) = run(&mut retried, t0, (31, 40), |t| Some(t as f64), agrees);
+        assert_eq!(calls, [(32, Ask::Protect)]);
+        assert!(said.contains(&Said::Recovered { failed: 1 }), "{said:?}");
     }
 
     #[test]
