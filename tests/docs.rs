@@ -4,7 +4,7 @@
 //! file, and no doc sends the reader to something the repository does not have.
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
 use common::*;
@@ -378,15 +378,21 @@ fn what_the_pilot_review_found_stays_fixed() {
     let migrating = read("docs/migrating.md").replace('\n', " ");
     assert!(help.contains("-vvv trace") && man.contains("\\fB\\-vvv\\fR trace"));
     assert!(migrating.contains("`-vvv` trace"));
-    for text in [&man, &migrating] {
+    // Each false form as a word of its own in each page's markup (a bare "0" or "no"
+    // is in almost any text).
+    let marked: [(&String, fn(&str) -> String); 2] = [
+        (&man, |f| format!("\\fB{f}\\fR")),
+        (&migrating, |f| format!("`{f}`")),
+    ];
+    for (text, mark) in marked {
         let at = text.find("DUMB_INIT_DEBUG").unwrap();
         let around = &text[at..(at + 300).min(text.len())];
-        assert!(
-            ["0", "false", "no", "off"]
-                .iter()
-                .all(|f| around.contains(f)),
-            "DUMB_INIT_DEBUG's false values: {around}"
-        );
+        for form in ["0", "false", "no", "off"] {
+            assert!(
+                around.contains(&mark(form)),
+                "DUMB_INIT_DEBUG's false value {form} is not named: {around}"
+            );
+        }
     }
     // METRICS_INTERVAL: what the binary takes (1 to 86400, fractions too).
     assert!(
@@ -407,4 +413,39 @@ fn what_the_pilot_review_found_stays_fixed() {
     assert!(metrics.contains("stays at 0 for clients that open a connection per request"));
     // The man page says what /readyz and --inflight-port mean since 0.2.0.
     assert!(man.contains("until something listens on that port"));
+}
+
+#[test]
+fn no_page_says_a_heading_twice() {
+    // A section pasted twice reads as two sections; the reader skips the second.
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut pages: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    pages.extend(["README.md", "ARCHITECTURE.md", "CHANGELOG.md"].map(|p| root.join(p)));
+    for page in pages {
+        let text = std::fs::read_to_string(&page).unwrap();
+        let mut seen: Vec<&str> = Vec::new();
+        let mut in_code = false;
+        for line in text.lines() {
+            if line.starts_with("```") {
+                in_code = !in_code;
+            }
+            // The changelog repeats Keep a Changelog's kinds under each release.
+            if in_code
+                || !line.starts_with('#')
+                || line.starts_with("### ") && page.ends_with("CHANGELOG.md")
+            {
+                continue;
+            }
+            assert!(
+                !seen.contains(&line),
+                "{}: the heading '{line}' twice",
+                page.display()
+            );
+            seen.push(line);
+        }
+    }
 }

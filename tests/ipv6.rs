@@ -30,8 +30,14 @@ fn v4(port: u16) -> SocketAddr {
 
 /// lifeguard as PID 1 with the default --listen (the harness turns the endpoint off
 /// unless told).
+/// No drain delay: a stop here has no balancer to wait for.
 fn start_on_the_default_listen(flags: &[&str]) -> Run {
-    start_with(Mode::Pid1, &args(flags, &[]), |c| {
+    let flags: Vec<&str> = ["--drain-delay", "0"]
+        .iter()
+        .chain(flags)
+        .copied()
+        .collect();
+    start_with(Mode::Pid1, &args(&flags, &[]), |c| {
         c.env_remove("LIFEGUARD_LISTEN");
     })
 }
@@ -95,7 +101,18 @@ fn the_default_endpoint_and_a_ready_port_with_listen_off_answer_on_both_families
         // --listen off: the ready port keeps the default's host, dual-stack too.
         let mut run = start(
             Mode::Pid1,
-            &args(&["-v", "--listen", "off", "--ready-port", "9597"], &[]),
+            &args(
+                &[
+                    "-v",
+                    "--drain-delay",
+                    "0",
+                    "--listen",
+                    "off",
+                    "--ready-port",
+                    "9597",
+                ],
+                &[],
+            ),
         );
         run.ready();
         for addr in [v4(9597), v6(9597)] {
@@ -112,7 +129,8 @@ fn the_default_endpoint_and_a_ready_port_with_listen_off_answer_on_both_families
 fn an_explicit_ipv4_address_stays_ipv4_alone() {
     // A named address is taken as written: 0.0.0.0 does not answer on ::1.
     in_own_netns(|| {
-        let mut run = start(Mode::Pid1, &args(&["-v", "--listen", "0.0.0.0:9595"], &[]));
+        let flags = ["-v", "--drain-delay", "0", "--listen", "0.0.0.0:9595"];
+        let mut run = start(Mode::Pid1, &args(&flags, &[]));
         run.ready();
         wait_until("/livez on 127.0.0.1", || {
             (get_at(v4(9595), "/livez").ok()?.0 == 200).then_some(())
