@@ -31,6 +31,16 @@ command -v cargo >/dev/null 2>&1 || { echo "scripts/test.sh: cargo (rustup) is r
 if ! rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then
   rustup target add x86_64-unknown-linux-musl
 fi
+# The README's verify step (tests/packaging.rs runs it) rebuilds a recorded release bit
+# for bit, which only the rustc its record names can: rustup's copy of that version.
+for recorded in $(sed -n 's/^- toolchain: `rustc \([0-9.]*\) .*/\1/p' RELEASES.md | sort -u); do
+  if ! rustup toolchain list 2>/dev/null | grep -q "^$recorded-"; then
+    rustup toolchain install "$recorded" --profile minimal
+  fi
+  if ! rustup target list --installed --toolchain "$recorded" 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then
+    rustup target add --toolchain "$recorded" x86_64-unknown-linux-musl
+  fi
+done
 if ! docker info >/dev/null 2>&1 && command -v dockerd >/dev/null 2>&1; then
   echo "scripts/test.sh: starting the Docker engine"
   (dockerd >/tmp/lifeguard-dockerd.log 2>&1 &)

@@ -29,10 +29,22 @@ if [ -z "$sums" ]; then
   echo "scripts/verify-release.sh: RELEASES.md has no SHA256SUMS for $version" >&2
   exit 2
 fi
+# Another rustc makes other bytes, so the recorded one builds: rustup's toolchain of
+# that version where it has one (scripts/test.sh installs it), else a clear refusal
+# rather than a checksum mismatch minutes later.
 rustc_said="$(rustc -V)"
 recorded_rustc="$(printf '%s\n' "$record" | sed -n 's/^- toolchain: `\(.*\)`.*/\1/p')"
+recorded_version="$(printf '%s\n' "$recorded_rustc" | awk '{print $2}')"
 if [ "$rustc_said" != "$recorded_rustc" ]; then
-  echo "scripts/verify-release.sh: warning: this rustc is '$rustc_said', the release was built with '$recorded_rustc': the bytes will differ" >&2
+  if command -v rustup >/dev/null 2>&1 \
+    && rustup toolchain list 2>/dev/null | grep -q "^$recorded_version-" \
+    && [ "$(RUSTUP_TOOLCHAIN="$recorded_version" rustc -V 2>/dev/null)" = "$recorded_rustc" ]; then
+    export RUSTUP_TOOLCHAIN="$recorded_version"
+    echo "scripts/verify-release.sh: building with the recorded toolchain, $recorded_rustc (this directory's rustc is '$rustc_said')"
+  else
+    echo "scripts/verify-release.sh: $version was built with '$recorded_rustc' and this rustc is '$rustc_said', which makes other bytes: install the recorded one (rustup toolchain install $recorded_version --profile minimal --target x86_64-unknown-linux-musl) and run this again" >&2
+    exit 3
+  fi
 fi
 
 root="$(realpath "${CARGO_TARGET_DIR:-target}")"

@@ -385,3 +385,50 @@ fn the_readme_verify_steps_run_as_written_and_the_release_rebuilds_bit_for_bit()
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains(": OK"), "{said}");
 }
+
+#[test]
+fn another_toolchain_is_refused_with_the_one_to_install() {
+    // A rustc that is not the record's, and a rustup with no toolchain of the record's
+    // version: one line naming what to install, before any build, not a checksum
+    // mismatch minutes later.
+    let fake = std::env::temp_dir().join(format!("lifeguard-fake-rust-{}", std::process::id()));
+    std::fs::create_dir_all(&fake).unwrap();
+    for (name, body) in [
+        ("rustc", "echo 'rustc 1.99.0 (0000000 2099-01-01)'"),
+        ("rustup", "exit 0"),
+    ] {
+        let path = fake.join(name);
+        std::fs::write(&path, format!("#!/bin/sh\n{body}\n")).unwrap();
+        let executable = std::os::unix::fs::PermissionsExt::from_mode(0o755);
+        std::fs::set_permissions(&path, executable).unwrap();
+    }
+    let path = format!("{}:{}", fake.display(), std::env::var("PATH").unwrap());
+    let out = std::process::Command::new("bash")
+        .args([
+            "scripts/verify-release.sh",
+            "0.2.0",
+            "lifeguard-0.2.0-slim-x86_64-linux-musl",
+        ])
+        .current_dir(root())
+        .env("PATH", path)
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&fake);
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{said}");
+    let release = records()
+        .into_iter()
+        .find(|r| r.version == "0.2.0")
+        .unwrap();
+    let version = release
+        .toolchain
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .to_string();
+    assert!(
+        said.contains(&format!("rustup toolchain install {version}")) && said.lines().count() == 1,
+        "{said}"
+    );
+}
