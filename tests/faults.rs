@@ -851,3 +851,21 @@ fn a_child_of_the_helpers_is_neither_the_apps_nor_left_behind() {
         (!alive(child)).then_some(())
     });
 }
+
+#[test]
+fn a_deadlocked_helper_thread_is_told_hung_not_starved_and_replaced() {
+    // The sampler parks for good (a deadlock): it neither runs nor waits to run, which
+    // the watch tells from a thread starved of CPU; the heartbeat stops and a new helper
+    // process starts within the watchdog's time.
+    let port = free_port();
+    let (run, helper) = start_with_helper("sampler:hang", port, &[]);
+    let said = run.expect_log("the sampler thread has not turned for 5s");
+    assert!(
+        said.contains("it neither runs nor waits to run: hung")
+            && said.contains("stops its heartbeat"),
+        "{said}"
+    );
+    run.expect_log("the helper process hangs");
+    let new = helper_of(&run, Some(helper));
+    assert_ne!(new, helper);
+}

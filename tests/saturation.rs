@@ -735,3 +735,77 @@ fn a_quiet_namespace_skips_the_walk_and_sees_a_new_listener_and_new_bytes_at_onc
         drop(stream);
     });
 }
+
+/// The helper processes below `run` (their comm: the kernel keeps 15 characters).
+fn helpers(run: &Run) -> Vec<i32> {
+    descendants(run.pid)
+        .into_iter()
+        .filter(|&pid| {
+            alive(pid)
+                && std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|comm| comm.trim_end() == "lifeguard-helpe")
+        })
+        .collect()
+}
+
+#[test]
+fn a_helper_starved_at_the_peak_is_not_restarted() {
+    // The saturation bench's setting: the task at 0.25 CPU, its app spinning 300
+    // threads, for a minute. The helper's threads then wait seconds for the CPU; that is
+    // not a hang, and a new helper process would wait alike, spend the quota on
+    // starting, and lose the sampler's state at the moment its figures matter.
+    require_root();
+    let mut task = common::task::Task::new("lifeguard-starved-helper");
+    let group = task.container("app", 1024);
+    let wrapper = common::task::Task::wrapper(&group);
+    let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
+    let (port, app_port) = (free_port(), free_port());
+    let (listen, app_port) = (listen_flag(port), app_port.to_string());
+    let flags = [
+        "-v",
+        "--listen",
+        &listen,
+        "--inflight-port",
+        &app_port,
+        "--drain-delay",
+        "0",
+    ];
+    let run = start_under(
+        Mode::Pid1,
+        &wrapper,
+        &args(&flags, &["--http", &app_port, "--burn-threads", "300"]),
+    );
+    run.ready();
+    let first = wait_until_patient(Duration::from_secs(60), || helpers(&run).first().copied());
+    let throttled_before = task.throttled();
+    let (start, mut seen) = (Instant::now(), vec![first]);
+    while start.elapsed() < Duration::from_secs(60) {
+        for pid in helpers(&run) {
+            if !seen.contains(&pid) {
+                seen.push(pid);
+            }
+        }
+        // The window's cadence, not a wait for a condition.
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let throttled = task.throttled() - throttled_before;
+    let starved = logged(&run, "starved of CPU, not hung");
+    // Said whatever the outcome: how late the helper's threads were is the point.
+    eprintln!(
+        "a minute at the peak (throttled {throttled} times): helper processes {seen:?}; \
+         starvation said {} times: {starved:?}",
+        starved.len()
+    );
+    assert!(
+        throttled > 100,
+        "THIS TEST CANNOT RUN as meant: the task was not at its quota (throttled {throttled} times)"
+    );
+    let restarts = logged(&run, "the helper process hangs");
+    let stopped = logged(&run, "stops its heartbeat");
+    assert!(
+        restarts.is_empty() && stopped.is_empty() && seen.len() == 1,
+        "a starved helper was taken for a hung one: {restarts:?} {stopped:?}, helpers {seen:?}\n{}",
+        run.transcript()
+    );
+    drop(run);
+}

@@ -3,9 +3,10 @@
 //! the scale-in protection — on threads of its own, in a process PID 1 forks after the app and starts again if it
 //! dies or hangs. It meets supervision only on the Board (board.rs). Its main thread
 //! keeps the heartbeat: a beat every 2 s while every helper thread's runtime is
-//! turning, none once one of them has been stuck for `STUCK` (a deadlock or a spin a
-//! thread cannot be stopped from), so PID 1 kills the whole process and starts a new
-//! one.
+//! turning, none once one of them has been stuck for `STUCK` and is hung (a deadlock or
+//! a spin a thread cannot be stopped from), so PID 1 kills the whole process and starts
+//! a new one. A thread that is only starved of CPU (its cgroup at its quota) is said and
+//! left to run.
 #![forbid(unsafe_code)]
 
 pub mod app_check;
@@ -62,8 +63,9 @@ impl Plan {
     }
 }
 
-/// A helper thread whose runtime has not turned for this long is stuck: the heartbeat
-/// stops, and PID 1 ends the process.
+/// A helper thread whose runtime has not turned for this long is stuck: if it is hung
+/// rather than starved of CPU (threads::Stuck), the heartbeat stops, and PID 1 ends the
+/// process.
 const STUCK: Duration = Duration::from_secs(5);
 /// Every 2 s, not every second: each wake-up of an idle process costs about 50 µs of
 /// CPU on a busy host (bench/metrics-results.md), and PID 1 waits 10 s of silence, five
@@ -128,7 +130,8 @@ pub fn run(plan: &Plan, board: HelperBoard) -> Infallible {
         .clone()
         .and_then(|config| cloudwatch::start(config, desk.clone()));
     let mut watch = threads::Watch::default();
-    let mut told = false;
+    // Whether a stuck thread was said, and as hung or as starved.
+    let mut told: Option<bool> = None;
     loop {
         if desk.board.leave_asked() {
             // Bounded inside (2 s, cloudwatch::FLUSH_LIMIT); supervision kills the
@@ -143,20 +146,33 @@ pub fn run(plan: &Plan, board: HelperBoard) -> Infallible {
         match watch.stuck(STUCK) {
             None => {
                 desk.board.beat();
-                told = false;
+                told = None;
             }
-            Some(helper) if !told => {
-                told = true;
-                logging::error(
-                    format!(
-                        "the {} thread has not moved for {}: the helper process stops its heartbeat, and supervision starts a new one",
+            Some((helper, why)) => {
+                // A starved thread is not restarted: a new process would wait for the CPU
+                // alike, spend it on starting, and lose the sampler's state at the peak.
+                if !why.hung() {
+                    desk.board.beat();
+                }
+                // Said once a spell, and again if a starved thread turns out hung.
+                if told != Some(why.hung()) {
+                    told = Some(why.hung());
+                    let line = format!(
+                        "the {} thread has not turned for {}: {}",
                         helper.name(),
-                        crate::seconds::human(STUCK)
-                    ),
-                    &[],
-                );
+                        crate::seconds::human(STUCK),
+                        why.why()
+                    );
+                    if why.hung() {
+                        logging::error(
+                            format!("{line}; the helper process stops its heartbeat, and supervision starts a new one"),
+                            &[],
+                        );
+                    } else {
+                        logging::notice(format!("{line}; the helper process goes on"), &[]);
+                    }
+                }
             }
-            Some(_) => {}
         }
         wait_for(&desk.board.helper_bell, BEAT_EVERY);
         desk.board.helper_bell.clear();

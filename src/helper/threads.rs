@@ -18,7 +18,7 @@ use std::panic::AssertUnwindSafe;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::kernel;
+use crate::kernel::{self, Sched};
 use crate::logging;
 
 /// How many helpers there are.
@@ -93,29 +93,123 @@ static RESTING: [std::sync::atomic::AtomicBool; HELPERS] =
 /// idle runtime two wake-ups a second for nothing.
 const TURN_EVERY: Duration = Duration::from_secs(2);
 
+/// Each helper thread's own scheduling figures, opened by the thread as it starts: a
+/// thread that has not turned is hung, or only starved of CPU (below).
+static SCHED: [std::sync::OnceLock<kernel::ThreadSched>; HELPERS] =
+    [const { std::sync::OnceLock::new() }; HELPERS];
+
+/// CPU time a thread may have had without turning once before it counts as spinning: a
+/// turn costs microseconds, and a thread starved at the peak (300 threads in a quarter
+/// of a CPU) gets a few milliseconds in 5 s.
+const SPIN: Duration = Duration::from_secs(1);
+
+/// Why a helper that has not turned for the limit has not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stuck {
+    /// It waits to run (runnable, or it waited on a run queue since the last look): its
+    /// cgroup is at its quota or the machine is busy. A new process would wait alike,
+    /// and lose the sampler's state with the CPU it costs to start.
+    Starved { waited: Duration, ran: Duration },
+    /// It neither ran nor waited to run since the last look and is not runnable now:
+    /// blocked for good (a deadlock, a call that never returns, stopped).
+    Blocked,
+    /// It had this much CPU without turning: a spin.
+    Spinning(Duration),
+    /// Its figures cannot be read: taken as hung, as before they could be.
+    Unknown,
+}
+
+impl Stuck {
+    /// Whether the helper process must stop its heartbeat (and be started again).
+    pub fn hung(self) -> bool {
+        !matches!(self, Stuck::Starved { .. })
+    }
+
+    /// For the log line: measured times as people write them (tenths of a second,
+    /// milliseconds).
+    pub fn why(self) -> String {
+        match self {
+            Stuck::Starved { waited, ran } => format!(
+                "starved of CPU, not hung: it waited {:.1}s to run and ran {}ms",
+                waited.as_secs_f64(),
+                ran.as_millis()
+            ),
+            Stuck::Blocked => "it neither runs nor waits to run: hung".to_string(),
+            Stuck::Spinning(ran) => format!(
+                "it ran {:.1}s of CPU without a turn: spinning",
+                ran.as_secs_f64()
+            ),
+            Stuck::Unknown => "its scheduling figures cannot be read: taken as hung".to_string(),
+        }
+    }
+}
+
+/// What a helper that has not turned since `since` is, from its figures then, at the
+/// last look, and now (pure).
+pub fn judge(since: Option<Sched>, last: Option<Sched>, now: Option<Sched>) -> Stuck {
+    let (Some(since), Some(last), Some(now)) = (since, last, now) else {
+        return Stuck::Unknown;
+    };
+    let ran = now.ran.saturating_sub(since.ran);
+    if ran >= SPIN {
+        return Stuck::Spinning(ran);
+    }
+    let waited_lately = now.waited > last.waited || now.ran > last.ran;
+    if now.runnable || waited_lately {
+        Stuck::Starved {
+            waited: now.waited.saturating_sub(since.waited),
+            ran,
+        }
+    } else {
+        Stuck::Blocked
+    }
+}
+
+/// What the watch saw of one helper: its turns, since when they have not moved, its
+/// figures then and at the last look.
+#[derive(Default, Clone, Copy)]
+struct Seen {
+    turns: u64,
+    since: Option<Instant>,
+    sched_since: Option<Sched>,
+    sched_last: Option<Sched>,
+}
+
 /// Tells which helper threads have stopped turning: each check compares every running
 /// helper's turn count with the one it saw last, and when that last moved.
 #[derive(Default)]
 pub struct Watch {
-    seen: [(u64, Option<Instant>); HELPERS],
+    seen: [Seen; HELPERS],
 }
 
 impl Watch {
-    /// A helper that has run and has not turned for `limit`, if any.
-    pub fn stuck(&mut self, limit: Duration) -> Option<Helper> {
+    /// A helper that has run and has not turned for `limit`, if any, and why: a hung
+    /// one before a starved one.
+    pub fn stuck(&mut self, limit: Duration) -> Option<(Helper, Stuck)> {
         let now = Instant::now();
-        let mut stuck = None;
+        let mut stuck: Option<(Helper, Stuck)> = None;
         for helper in Helper::ALL {
             let i = helper.index();
             let turns = TURNS[i].load(Ordering::Relaxed);
-            let (last, since) = &mut self.seen[i];
+            let sched = SCHED[i].get().and_then(kernel::ThreadSched::read);
+            let seen = &mut self.seen[i];
             let idle = !STARTED[i].load(Ordering::Relaxed) || RESTING[i].load(Ordering::Relaxed);
-            if idle || *last != turns || since.is_none() {
-                *last = turns;
-                *since = Some(now);
-            } else if since.is_some_and(|at| now.duration_since(at) >= limit) {
-                stuck = Some(helper);
+            if idle || seen.turns != turns || seen.since.is_none() {
+                *seen = Seen {
+                    turns,
+                    since: Some(now),
+                    sched_since: sched,
+                    sched_last: sched,
+                };
+                continue;
             }
+            if seen.since.is_some_and(|at| now.duration_since(at) >= limit) {
+                let verdict = judge(seen.sched_since, seen.sched_last, sched);
+                if stuck.is_none_or(|(_, was)| !was.hung() && verdict.hung()) {
+                    stuck = Some((helper, verdict));
+                }
+            }
+            seen.sched_last = sched;
         }
         stuck
     }
@@ -173,6 +267,9 @@ fn start_boxed(
     kernel::spawn_thread(
         helper.name(),
         Box::new(move || {
+            if let Some(own) = kernel::ThreadSched::own() {
+                let _ = SCHED[helper.index()].set(own);
+            }
             let runtime = match runtime(helper, name_lookups) {
                 Ok(runtime) => {
                     let _ = ready_tx.send(Ok(()));
@@ -252,6 +349,46 @@ pub fn count_panic(thread: &str) -> Option<(Helper, bool)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn sched(ran_ms: u64, waited_ms: u64, runnable: bool) -> Option<Sched> {
+        Some(Sched {
+            ran: Duration::from_millis(ran_ms),
+            waited: Duration::from_millis(waited_ms),
+            runnable,
+        })
+    }
+
+    #[test]
+    fn a_starved_thread_is_told_from_a_hung_one() {
+        let since = sched(100, 50, false);
+        // Runnable now, or it waited on a run queue since the last look: starved.
+        assert_eq!(
+            judge(since, sched(101, 900, false), sched(102, 4200, true)),
+            Stuck::Starved {
+                waited: Duration::from_millis(4150),
+                ran: Duration::from_millis(2)
+            }
+        );
+        assert!(!judge(since, sched(101, 900, false), sched(101, 1300, false)).hung());
+        // Asleep, and neither ran nor waited since the last look: blocked (a deadlock, a
+        // SIGSTOP), though it waited before.
+        assert_eq!(
+            judge(since, sched(101, 900, false), sched(101, 900, false)),
+            Stuck::Blocked
+        );
+        // A second of CPU without a turn: spinning, starved or not.
+        assert_eq!(
+            judge(since, sched(600, 60, true), sched(1100, 70, true)),
+            Stuck::Spinning(Duration::from_millis(1000))
+        );
+        assert_eq!(judge(since, None, sched(1, 1, true)), Stuck::Unknown);
+        assert!(Stuck::Blocked.hung() && Stuck::Unknown.hung());
+        let said = judge(since, since, sched(103, 3250, true)).why();
+        assert_eq!(
+            said,
+            "starved of CPU, not hung: it waited 3.2s to run and ran 3ms"
+        );
+    }
 
     #[test]
     fn threads_are_told_apart_by_name() {

@@ -14,6 +14,7 @@ mod ready_port;
 mod signal_inbox;
 mod stdio;
 mod terminal;
+mod thread_sched;
 
 pub use helper_process::{fork_helper, leave, shared_words};
 pub use kill::{is_pid1, own_pid, send, signal_everything_in_namespace};
@@ -31,3 +32,4 @@ pub use signal_inbox::{
 };
 pub use stdio::{write_whole, QuickStderr};
 pub use terminal::{release_terminal, restore_terminal, stop_with_app, AppTerminal};
+pub use thread_sched::{Sched, ThreadSched};

@@ -8,6 +8,7 @@ pub mod ecs;
 pub mod ecs_agent;
 pub mod haproxy;
 pub mod netns;
+pub mod task;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -343,6 +344,19 @@ pub fn wait_until<T>(what: &str, mut probe: impl FnMut() -> Option<T>) -> T {
             panic!("timed out waiting for {what}");
         }
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// As `wait_until`, with a limit of its own: for what may take long on a machine at its
+/// quota.
+pub fn wait_until_patient<T>(limit: Duration, mut probe: impl FnMut() -> Option<T>) -> T {
+    let until = Instant::now() + limit;
+    loop {
+        if let Some(v) = probe() {
+            return v;
+        }
+        assert!(Instant::now() < until, "not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
