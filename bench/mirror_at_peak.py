@@ -163,9 +163,19 @@ def peak(lifeguard, spin, threads, duration, shares):
                                   lifeguard, "--drain-delay", "0", "--listen", f"127.0.0.1:{endpoint}",
                                   "--ready-port", str(ready), "--inflight-port",
                                   str(app_port.getsockname()[1]), "--", spin, str(threads)],
-                       stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env, text=True)
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, text=True)
         procs.append(app)
         assert app.stdout.readline().strip() == "ready", "the app did not start"
+        said = []
+
+        def read_log():
+            # The helper's watchdog at the peak: a restart, or a thread said starved.
+            for line in app.stderr:
+                if "the helper process hangs" in line or "starved of CPU" in line \
+                        or "stops its heartbeat" in line:
+                    said.append(line.strip())
+
+        threading.Thread(target=read_log, daemon=True).start()
 
         def read_records():
             for line in app.stdout:
@@ -225,6 +235,8 @@ def peak(lifeguard, spin, threads, duration, shares):
                for _, r in emf if "RequestsInFlight" in r]
     late = [arrived - r["_aws"]["Timestamp"] / 1000 for arrived, r in emf]
     lateness = {
+        "restarts": sum("the helper process hangs" in l for l in said),
+        "starved": [l for l in said if "starved of CPU" in l],
         "throttled": throttled,
         "ages": ages,
         "gaps": gaps,
@@ -337,6 +349,9 @@ def main():
               f"each with p50 {pct(s, 0.5) or 0:.0f}, min {min(s, default=0)} of 10 one-second in-flight samples; "
               f"a record reached stdout's reader p50 {(pct(lt, 0.5) or 0) * 1000:.0f} ms after its timestamp.",
               flush=True)
+        print(f"\nThe helper's watchdog at this peak: {late['restarts']} helper restarts; "
+              f"{len(late['starved'])} spells of a starved thread said"
+              + "".join(f"\n- `{l}`" for l in late["starved"][:5]), flush=True)
     n = 5000
     mirror_cost, endpoint_cost = check_cost(args.lifeguard, n)
     print(f"\n## CPU per check, {n} GET /readyz on new connections, no quota\n")
