@@ -103,11 +103,18 @@ pub struct Lifecycle {
     /// after (or at the grace deadline, if that comes first). Nothing routes to a task
     /// whose app is gone, and its restart waits for lifeguard's exit.
     pub leftover_grace: Duration,
+    /// `--stop-signal`: the signal from outside that begins the stop (SIGTERM unless an
+    /// image's STOPSIGNAL says otherwise); what is relayed after the drain is this
+    /// signal after `--rewrite`.
+    pub stop_signal: Signal,
 }
 
 /// Everything the helper process reads besides the sockets PID 1 bound for it.
 #[derive(Clone, Debug)]
 pub struct Helper {
+    /// `--stop-signal`: the signal whose arrival `/readyz` answers draining to at once,
+    /// before supervision has read it.
+    pub stop_signal: Signal,
     pub app_check: Option<AppCheck>,
     pub check_interval: Duration,
     pub metrics: Metrics,

@@ -319,3 +319,40 @@ fn a_stopped_app_still_acts_on_the_stop_signal() {
         run.expect_exit(0);
     }
 }
+
+#[test]
+fn a_stop_signal_other_than_sigterm_begins_the_drain_and_sigterm_is_forwarded_at_once() {
+    // An image whose STOPSIGNAL is SIGQUIT (nginx's graceful stop), or Kubernetes'
+    // `lifecycle.stopSignal`: --stop-signal QUIT.
+    let port = free_port();
+    let listen = listen_flag(port);
+    let flags = [
+        "-v",
+        "--listen",
+        &listen,
+        "--stop-signal",
+        "QUIT",
+        "--drain-delay",
+        "1s",
+    ];
+    let mut run = start(Mode::Pid1, &args(&flags, &["--exit-on", "QUIT"]));
+    run.ready();
+    wait_for_answer(port, "/readyz", 200, "ready");
+    // SIGTERM is any other signal now: the app has it at once, and readiness stays.
+    run.signal(libc::SIGTERM);
+    run.expect_line("signal TERM");
+    assert_eq!(get(port, "/readyz"), (200, "ready".to_string()));
+    // SIGQUIT begins the stop: not ready at once, relayed after the drain delay.
+    let sent = std::time::Instant::now();
+    run.signal(libc::SIGQUIT);
+    wait_for_answer(port, "/readyz", 503, "draining");
+    run.expect_line("signal QUIT");
+    let relayed = sent.elapsed();
+    assert!(
+        relayed >= std::time::Duration::from_millis(950),
+        "SIGQUIT reached the app after {relayed:?}, before the 1 s drain delay\n{}",
+        run.transcript()
+    );
+    run.expect_log("stop signal relayed");
+    run.expect_exit(0);
+}

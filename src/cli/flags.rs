@@ -28,7 +28,7 @@ use crate::signal_names::{self, Signal};
         METRICS_INTERVAL           seconds between publishes (default 10; 1 or more)\n  \
         METRICS_DIMENSIONS         NAME=VALUE,... on every datum (ClusterName=prod,ServiceName=web)\n  \
         METRICS_BURST_THRESHOLD    publish at once when requests in flight reach this (0: never)\n  \
-        METRICS_EXTRA              more metrics, on request: OldestRequestAge\n  \
+        METRICS_EXTRA              more metrics, on request: OldestRequestAge, ScaleInProtected\n  \
         AWS_REGION, AWS_*          the AWS SDK's region, credentials, AWS_ENDPOINT_URL_CLOUDWATCH\n  \
         ECS_CONTAINER_METADATA_URI_V4  set by ECS: CPU and memory become the task's\n  \
         ECS_AGENT_URI              set by ECS: where --scale-in-protection asks\n  \
@@ -144,6 +144,12 @@ pub(super) struct Cli {
     #[arg(short = 'r', long, env = "LIFEGUARD_REWRITE", value_name = "FROM:TO",
           value_delimiter = ',', value_parser = signal_names::parse_rewrite)]
     pub(super) rewrite: Vec<(Signal, Signal)>,
+
+    /// The signal from outside that begins the stop (not ready, drain, deadline), e.g. QUIT
+    /// for an image whose STOPSIGNAL is SIGQUIT; others are forwarded at once
+    #[arg(long, env = "LIFEGUARD_STOP_SIGNAL", value_name = "SIG", default_value = "TERM",
+          value_parser = parse_stop_signal)]
+    pub(super) stop_signal: Signal,
 
     /// Report exit CODE as 0 (tini -e); repeatable
     #[arg(short = 'e', long, env = "LIFEGUARD_REMAP_EXIT", value_name = "CODE",

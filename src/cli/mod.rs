@@ -201,7 +201,7 @@ struct CheckSources {
 
 /// The options of the app's side: the mirror runs no app, so each one given is refused by
 /// name rather than ignored (a `--drain-delay` there would promise a drain it cannot do).
-const APP_SIDE: [&str; 15] = [
+const APP_SIDE: [&str; 16] = [
     "drain_delay",
     "drain_max",
     "drain_quiet",
@@ -217,6 +217,7 @@ const APP_SIDE: [&str; 15] = [
     "single_child",
     "rewrite",
     "remap_exit",
+    "stop_signal",
 ];
 
 /// The readiness mirror's settings: no COMMAND, none of the app's options, an endpoint
@@ -525,6 +526,7 @@ fn settings(
             drain_max: cli.inflight_port.map(|_| drain_max),
             drain_quiet: cli.drain_quiet,
             leftover_grace: cli.leftover_grace,
+            stop_signal: cli.stop_signal,
         },
         command: cli.command,
         listen,
@@ -536,6 +538,7 @@ fn settings(
         scale_in_protection: protection.is_some(),
     };
     let helper = Helper {
+        stop_signal: cli.stop_signal,
         app_check,
         check_interval: cli.ready_interval,
         cloudwatch: cloudwatch_config,
@@ -1014,6 +1017,36 @@ mod tests {
                 port: 9596
             })
         );
+    }
+
+    #[test]
+    fn the_stop_signal_is_taken_by_name_or_number_and_must_be_catchable() {
+        let s = ok(&["app"], &[]);
+        assert_eq!(
+            s.supervision.lifecycle.stop_signal,
+            crate::signal_names::TERM
+        );
+        for value in ["QUIT", "SIGQUIT", "3", "quit"] {
+            let s = ok(&["--stop-signal", value, "app"], &[]);
+            assert_eq!(
+                s.supervision.lifecycle.stop_signal.0,
+                libc::SIGQUIT,
+                "{value}"
+            );
+            assert_eq!(s.helper.stop_signal.0, libc::SIGQUIT, "{value}");
+        }
+        for (value, said) in [
+            ("KILL", "cannot be caught"),
+            ("STOP", "cannot be caught"),
+            ("CHLD", "how lifeguard hears of exits"),
+            ("NOPE", "NOPE"),
+        ] {
+            let message = usage_error(&["--stop-signal", value, "app"], &[]);
+            assert!(
+                message.contains("--stop-signal") && message.contains(said),
+                "{message}"
+            );
+        }
     }
 
     #[test]

@@ -97,14 +97,15 @@ impl Snapshot {
 }
 
 impl Desk {
-    /// `own_ports`: the endpoint's ports, whose connections are lifeguard's, not the app's.
-    pub fn new(board: HelperBoard, own_ports: Vec<u16>) -> Arc<Desk> {
+    /// `own_ports`: the endpoint's ports, whose connections are lifeguard's, not the app's;
+    /// `stop`: the stop signal, whose arrival at PID 1 `/readyz` answers draining to.
+    pub fn new(board: HelperBoard, own_ports: Vec<u16>, stop: Signal) -> Arc<Desk> {
         Arc::new(Desk {
             board,
             check: Mutex::new(AppCheck::Pending),
             sample: watch::Sender::new(Arc::new(Sample::default())),
             own_ports,
-            supervisor: crate::kernel::SupervisorPending::open(),
+            supervisor: crate::kernel::SupervisorPending::open(stop),
             counters: Counters {
                 metadata_failures: AtomicU64::new(0),
                 cloudwatch: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -323,7 +324,11 @@ mod tests {
         // Supervision's handle writes its fields; the desk reads them through the
         // helper's.
         let board = Board::new().unwrap();
-        let desk = Desk::new(board.for_helper().unwrap(), Vec::new());
+        let desk = Desk::new(
+            board.for_helper().unwrap(),
+            Vec::new(),
+            crate::signal_names::TERM,
+        );
         board.set_phase(Phase::Running);
         desk.set_check(AppCheck::Passing);
         board.signal_forwarded(signal_names::TERM);
@@ -359,7 +364,11 @@ mod tests {
     fn supervision_hears_of_each_change_of_verdict_and_of_nothing_else() {
         use nix::poll::{poll, PollFd, PollFlags};
         let board = Board::new().unwrap();
-        let desk = Desk::new(board.for_helper().unwrap(), Vec::new());
+        let desk = Desk::new(
+            board.for_helper().unwrap(),
+            Vec::new(),
+            crate::signal_names::TERM,
+        );
         let rung = |bell: &Bell| {
             let mut fds = [PollFd::new(bell.fd(), PollFlags::POLLIN)];
             let rung = poll(&mut fds, 0u8).unwrap() == 1;
@@ -383,7 +392,11 @@ mod tests {
 
     #[test]
     fn a_sample_that_stopped_coming_is_left_out() {
-        let desk = Desk::new(Board::new().unwrap().for_helper().unwrap(), Vec::new());
+        let desk = Desk::new(
+            Board::new().unwrap().for_helper().unwrap(),
+            Vec::new(),
+            crate::signal_names::TERM,
+        );
         let sample = |age: u64| Sample {
             taken: Instant::now().checked_sub(std::time::Duration::from_secs(age)),
             requests_in_flight: Some(7),

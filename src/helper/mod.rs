@@ -84,7 +84,7 @@ pub fn run(plan: &Plan, board: HelperBoard) -> Infallible {
         .chain(&plan.ready_port)
         .filter_map(|l| l.local_addr().ok().map(|a| a.port()))
         .collect();
-    let desk = Desk::new(board, own_ports);
+    let desk = Desk::new(board, own_ports, plan.settings.stop_signal);
     if plan.settings.app_check.is_some() && desk.board.check_passed() {
         // A helper started again keeps the last verdict, which the Board holds, until
         // its own first check: the helper's death is not the app's, and a helper

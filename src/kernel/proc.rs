@@ -390,8 +390,8 @@ mod tests {
     }
 }
 
-/// Whether a SIGTERM waits, not yet read, for lifeguard (the supervisor): its /proc
-/// status's `ShdPnd` (a signal sent to the process) and `SigPnd`, read from another
+/// Whether the stop signal (SIGTERM unless `--stop-signal`) waits, not yet read, for
+/// lifeguard (the supervisor): its /proc status's `ShdPnd` (a signal sent to the process) and `SigPnd`, read from another
 /// process (the helper's endpoint). The file is opened once and read again from its
 /// start each time (one pread): /proc regenerates it on every read.
 pub struct SupervisorPending {
@@ -405,11 +405,13 @@ pub struct SupervisorPending {
     since: std::time::Instant,
     read_at: std::sync::atomic::AtomicU64,
     pending: std::sync::atomic::AtomicBool,
+    /// The stop signal (SIGTERM unless `--stop-signal`).
+    stop: Signal,
 }
 
 impl SupervisorPending {
     /// None where /proc shows nothing of lifeguard.
-    pub fn open() -> Option<SupervisorPending> {
+    pub fn open(stop: Signal) -> Option<SupervisorPending> {
         let pid = proc_view().own_entry()?;
         let status = std::fs::File::open(format!("/proc/{pid}/status")).ok()?;
         Some(SupervisorPending {
@@ -417,6 +419,7 @@ impl SupervisorPending {
             since: std::time::Instant::now(),
             read_at: std::sync::atomic::AtomicU64::new(0),
             pending: std::sync::atomic::AtomicBool::new(false),
+            stop,
         })
     }
 
@@ -435,7 +438,7 @@ impl SupervisorPending {
         let began = nanos(std::time::Instant::now());
         let mut buf = [0u8; 4096];
         let pending = match self.status.read_at(&mut buf, 0) {
-            Ok(n) => pending_in(&buf[..n], Signal(libc::SIGTERM)),
+            Ok(n) => pending_in(&buf[..n], self.stop),
             Err(_) => false,
         };
         self.pending.store(pending, Ordering::Release);

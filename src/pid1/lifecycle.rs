@@ -256,7 +256,9 @@ impl Lifecycle {
     pub fn on(&mut self, event: Event, now: Instant) -> Actions {
         let mut actions = Actions::default();
         match event {
-            Event::Signal(TERM) => self.on_term(now, &mut actions),
+            Event::Signal(signal) if signal == self.config.stop_signal => {
+                self.on_term(now, &mut actions)
+            }
             Event::Signal(signal) => self.forward(signal, false, &mut actions),
             Event::AppReady => {
                 if self.state == State::Starting {
@@ -286,12 +288,14 @@ impl Lifecycle {
                 };
                 // A zero drain relays (or starts holding) in `advance`, in this step.
             }
-            // A second SIGTERM cuts the drain short.
+            // A second stop signal cuts the drain short.
             State::Draining { .. } | State::Holding { .. } => {
                 self.end_drain(DrainEnd::SecondTerm, now, actions)
             }
-            // Past the drain every SIGTERM is passed on like any other signal.
-            State::Stopping { .. } | State::Reaping { .. } => self.forward(TERM, false, actions),
+            // Past the drain every stop signal is passed on like any other signal.
+            State::Stopping { .. } | State::Reaping { .. } => {
+                self.forward(self.config.stop_signal, false, actions)
+            }
             State::Exited(_) => {}
         }
     }
@@ -464,7 +468,7 @@ impl Lifecycle {
             why,
             in_flight: self.left(),
         });
-        self.forward(TERM, true, actions);
+        self.forward(self.config.stop_signal, true, actions);
         self.state = State::Stopping {
             kill_at,
             killed: false,
@@ -562,6 +566,7 @@ mod tests {
             drain_max: None,
             drain_quiet: Duration::from_secs(1),
             leftover_grace: Duration::from_secs(GRACE),
+            stop_signal: TERM,
         }
     }
 
@@ -1292,6 +1297,58 @@ mod tests {
                     5.0,
                     Tick,
                     vec![over(5.0, Delay, None), relay(QUIT)],
+                    Phase::Stopping,
+                    Some(25.0),
+                ),
+            ],
+        );
+    }
+
+    #[test]
+    fn another_stop_signal_begins_the_stop_and_sigterm_is_then_forwarded_at_once() {
+        // STOPSIGNAL SIGQUIT (nginx's graceful stop): --stop-signal QUIT.
+        let mut cfg = config();
+        cfg.stop_signal = QUIT;
+        run_table(
+            cfg.clone(),
+            vec![
+                (0.0, AppReady, vec![], Phase::Running, None),
+                // SIGTERM is any other signal now: passed on at once, no drain.
+                (
+                    1.0,
+                    Event::Signal(TERM),
+                    vec![fwd(TERM)],
+                    Phase::Running,
+                    None,
+                ),
+                (2.0, Event::Signal(QUIT), vec![], Phase::Draining, Some(7.0)),
+                (
+                    7.0,
+                    Tick,
+                    vec![over(5.0, Delay, None), relay(QUIT)],
+                    Phase::Stopping,
+                    Some(27.0),
+                ),
+                // Past the drain it is passed on like any other.
+                (
+                    8.0,
+                    Event::Signal(QUIT),
+                    vec![fwd(QUIT)],
+                    Phase::Stopping,
+                    Some(27.0),
+                ),
+            ],
+        );
+        // A second one cuts the drain short; --rewrite applies to what is relayed.
+        cfg.rewrites = Rewrites::new(vec![parse_rewrite("QUIT:TERM").unwrap()]);
+        run_table(
+            cfg,
+            vec![
+                (0.0, Event::Signal(QUIT), vec![], Phase::Draining, Some(5.0)),
+                (
+                    1.0,
+                    Event::Signal(QUIT),
+                    vec![over(1.0, SecondTerm, None), relay(TERM)],
                     Phase::Stopping,
                     Some(25.0),
                 ),

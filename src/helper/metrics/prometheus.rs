@@ -394,7 +394,11 @@ mod tests {
     #[test]
     fn lifecycle_families_are_always_there() {
         let board = crate::board::Board::new().unwrap();
-        let desk = Desk::new(board.for_helper().unwrap(), Vec::new());
+        let desk = Desk::new(
+            board.for_helper().unwrap(),
+            Vec::new(),
+            crate::signal_names::TERM,
+        );
         board.set_phase(Phase::Running);
         desk.set_check(AppCheck::Passing);
         board.signal_forwarded(TERM);
@@ -433,6 +437,7 @@ mod tests {
         let desk = Desk::new(
             crate::board::Board::new().unwrap().for_helper().unwrap(),
             Vec::new(),
+            crate::signal_names::TERM,
         );
         desk.set_sample(Sample {
             taken: Some(std::time::Instant::now()),

@@ -169,14 +169,15 @@ impl<S: Sys> Supervisor<S> {
                 self.board.supervisor_bell.clear();
             }
             if woke.signals {
-                // A SIGTERM still pending is marked before it leaves the kernel's set:
+                // A stop signal (SIGTERM unless --stop-signal) still pending is marked
+                // before it leaves the kernel's set:
                 // the endpoint asks that set first, then the mark, so one of them says
                 // draining from the kill(2) on. Past Running it asks the kernel no more.
                 // The ready port stops listening in the same instant, before anything
                 // else is done: new probes are refused from here on.
                 if !alone
                     && matches!(self.lifecycle.phase(), Phase::Starting | Phase::Running)
-                    && self.sys.pending(signal_names::TERM)
+                    && self.sys.pending(self.lifecycle.config().stop_signal)
                 {
                     self.board.set_term_taken();
                     self.ready_port_to(false);
@@ -191,7 +192,8 @@ impl<S: Sys> Supervisor<S> {
                 // A SIGTERM just read keeps /readyz at draining until the phase that
                 // follows it is published (Board::set_term_taken): marked before anything
                 // else is done with it, the instant it leaves the kernel's queue.
-                if received.iter().any(|r| r.signal == signal_names::TERM) {
+                let stop = self.lifecycle.config().stop_signal;
+                if received.iter().any(|r| r.signal == stop) {
                     self.board.set_term_taken();
                     self.ready_port_to(false);
                 }
@@ -224,9 +226,10 @@ impl<S: Sys> Supervisor<S> {
         if open {
             logging::info("ready port listening", &[("port", &port)]);
         } else {
+            let stop = self.lifecycle.config().stop_signal.to_string();
             let why = match self.lifecycle.phase() {
                 Phase::Running if self.board.check_failing() => "the app check fails",
-                Phase::Running | Phase::Draining | Phase::Stopping => "SIGTERM",
+                Phase::Running | Phase::Draining | Phase::Stopping => stop.as_str(),
                 _ => "the app has exited",
             };
             logging::info("ready port closed", &[("port", &port), ("why", &why)]);
@@ -373,7 +376,8 @@ impl<S: Sys> Supervisor<S> {
             }
             if let Event::Signal(signal) = event {
                 if let Some(sender) = self.senders.pop_front() {
-                    Self::tell_received(signal, sender);
+                    let stop = signal == self.lifecycle.config().stop_signal;
+                    Self::tell_received(signal, sender, stop);
                 }
             }
             if after != before {

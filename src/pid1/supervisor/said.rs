@@ -9,7 +9,7 @@ use super::Supervisor;
 use crate::logging;
 use crate::pid1::lifecycle::{AppStatus, Blindness, DrainEnd, Phase};
 use crate::pid1::sys::Sys;
-use crate::signal_names::{self, Signal};
+use crate::signal_names::Signal;
 
 impl<S: Sys> Supervisor<S> {
     /// The hold's start, at the default level: a stop that the orchestrator cuts short
@@ -55,7 +55,8 @@ impl<S: Sys> Supervisor<S> {
     }
 
     /// The log line of a signal received from `sender`.
-    pub(super) fn tell_received(signal: Signal, sender: i32) {
+    /// `stop`: the stop signal, said at notice level.
+    pub(super) fn tell_received(signal: Signal, sender: i32, stop: bool) {
         // si_pid is 0 for a signal from outside lifeguard's PID namespace (`docker
         // stop`, the kubelet) or from the kernel itself.
         let from = if sender == 0 {
@@ -64,7 +65,7 @@ impl<S: Sys> Supervisor<S> {
             sender.to_string()
         };
         let fields: &[logging::Field] = &[("signal", &signal), ("from", &from)];
-        if signal == signal_names::TERM {
+        if stop {
             logging::notice("signal received", fields);
         } else {
             logging::info("signal received", fields);
@@ -206,7 +207,10 @@ impl<S: Sys> Supervisor<S> {
                 )
             }
             DrainEnd::SecondTerm => logging::notice(
-                "second SIGTERM: drain cut short",
+                format!(
+                    "second {}: drain cut short",
+                    self.lifecycle.config().stop_signal
+                ),
                 &[("after", &after_ms), ("in_flight", &in_flight)],
             ),
             DrainEnd::AppExited => logging::notice(

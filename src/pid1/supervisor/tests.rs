@@ -229,6 +229,7 @@ fn config(drain_delay_ms: u64) -> Config {
         drain_max: None,
         drain_quiet: Duration::from_millis(100),
         leftover_grace: Duration::from_secs(10),
+        stop_signal: TERM,
     }
 }
 
