@@ -45,7 +45,14 @@ fn main() -> ExitCode {
 }
 
 fn run() -> anyhow::Result<ExitCode> {
-    let run = match cli::parse(std::env::args_os(), |name| std::env::var(name).ok()) {
+    // The LIFEGUARD_* variables set, read once: for clap's part and for the warnings of
+    // those nobody knows.
+    let twins: Vec<String> = std::env::vars_os()
+        .filter_map(|(name, _)| name.into_string().ok())
+        .filter(|name| name.starts_with("LIFEGUARD_"))
+        .collect();
+    let lookup = |name: &str| std::env::var(name).ok();
+    let run = match cli::parse(std::env::args_os(), lookup, &twins) {
         Parsed::Run(run) => run,
         Parsed::Probe(probe) => {
             logging::init(probe.log.level, probe.log.format);
@@ -58,7 +65,7 @@ fn run() -> anyhow::Result<ExitCode> {
         }
         Parsed::Mirror(mirror) => {
             logging::init(mirror.log.level, mirror.log.format);
-            warn_all(&mirror.warnings);
+            warn_all(&mirror.warnings, twins);
             return mirror::run(*mirror);
         }
         Parsed::Exit {
@@ -81,7 +88,7 @@ fn run() -> anyhow::Result<ExitCode> {
         warnings,
     } = *run;
     logging::init(log.level, log.format);
-    warn_all(&warnings);
+    warn_all(&warnings, twins);
     // PID 1 gets the helper process as an entry point and what it keeps; only this
     // file knows both halves.
     let helper = move |sockets: pid1::Sockets| -> Box<dyn pid1::HelperProcess> {
@@ -96,12 +103,11 @@ fn run() -> anyhow::Result<ExitCode> {
 
 /// The settings' warnings, and the `LIFEGUARD_*` variables nobody knows (a misspelling
 /// would otherwise be ignored without a word).
-fn warn_all(warnings: &[String]) {
+fn warn_all(warnings: &[String], twins: Vec<String>) {
     for warning in warnings {
         logging::warn(warning, &[]);
     }
-    let names = std::env::vars_os().filter_map(|(name, _)| name.into_string().ok());
-    for warning in cli::unknown_variables(names) {
+    for warning in cli::unknown_variables(twins.into_iter()) {
         logging::warn(warning, &[]);
     }
 }

@@ -12,6 +12,16 @@ use crate::logging;
 use crate::settings::{Listen, ProbeTarget};
 use crate::signal_names::{self, Signal};
 
+/// The defaults that are parsed from text, shared with the start without clap (fast.rs),
+/// which must build the very `Cli` clap would.
+pub(super) const DEFAULT_DRAIN_DELAY: &str = "5s";
+pub(super) const DEFAULT_DRAIN_QUIET: &str = "1s";
+pub(super) const DEFAULT_GRACE: &str = "25s";
+pub(super) const DEFAULT_LEFTOVER_GRACE: &str = "5s";
+pub(super) const DEFAULT_READY_INTERVAL: &str = "1s";
+pub(super) const DEFAULT_PROBE_TIMEOUT: &str = "2s";
+pub(super) const DEFAULT_STOP_SIGNAL: &str = "TERM";
+
 #[derive(Parser, Debug)]
 #[command(
     name = "lifeguard",
@@ -38,7 +48,7 @@ use crate::signal_names::{self, Signal};
 )]
 pub(super) struct Cli {
     /// After SIGTERM: time spent not-ready before the stop signal is relayed
-    #[arg(long, env = "LIFEGUARD_DRAIN_DELAY", value_name = "DUR", default_value = "5s",
+    #[arg(long, env = "LIFEGUARD_DRAIN_DELAY", value_name = "DUR", default_value = DEFAULT_DRAIN_DELAY,
           value_parser = parse_duration, allow_hyphen_values = true)]
     pub(super) drain_delay: Duration,
 
@@ -52,18 +62,18 @@ pub(super) struct Cli {
     /// With --inflight-port: the port is quiet when nothing is in flight and no new request
     /// (a new connection, or bytes received on one) has reached it for DUR; 0 = the first
     /// look with nothing in flight
-    #[arg(long, env = "LIFEGUARD_DRAIN_QUIET", value_name = "DUR", default_value = "1s",
+    #[arg(long, env = "LIFEGUARD_DRAIN_QUIET", value_name = "DUR", default_value = DEFAULT_DRAIN_QUIET,
           value_parser = parse_duration, allow_hyphen_values = true)]
     pub(super) drain_quiet: Duration,
 
     /// Deadline counted from SIGTERM (drain included); then SIGKILL. Must exceed the drain delay
-    #[arg(long, env = "LIFEGUARD_GRACE", value_name = "DUR", default_value = "25s",
+    #[arg(long, env = "LIFEGUARD_GRACE", value_name = "DUR", default_value = DEFAULT_GRACE,
           value_parser = parse_duration, allow_hyphen_values = true)]
     pub(super) grace: Duration,
 
     /// Once the app has exited, SIGKILL what it left this long after (the grace deadline if
     /// sooner): nothing routes to a task whose app is gone
-    #[arg(long, env = "LIFEGUARD_LEFTOVER_GRACE", value_name = "DUR", default_value = "5s",
+    #[arg(long, env = "LIFEGUARD_LEFTOVER_GRACE", value_name = "DUR", default_value = DEFAULT_LEFTOVER_GRACE,
           value_parser = parse_duration, allow_hyphen_values = true)]
     pub(super) leftover_grace: Duration,
 
@@ -80,7 +90,7 @@ pub(super) struct Cli {
     pub(super) ready_tcp: Option<(String, u16)>,
 
     /// How often the app check runs; it also times out after this long
-    #[arg(long, env = "LIFEGUARD_READY_INTERVAL", value_name = "DUR", default_value = "1s",
+    #[arg(long, env = "LIFEGUARD_READY_INTERVAL", value_name = "DUR", default_value = DEFAULT_READY_INTERVAL,
           value_parser = parse_positive_duration, allow_hyphen_values = true)]
     pub(super) ready_interval: Duration,
 
@@ -132,7 +142,7 @@ pub(super) struct Cli {
     pub(super) mirror_ready_port: Option<(String, u16)>,
 
     /// How long --probe waits for the answer
-    #[arg(long, env = "LIFEGUARD_PROBE_TIMEOUT", value_name = "DUR", default_value = "2s",
+    #[arg(long, env = "LIFEGUARD_PROBE_TIMEOUT", value_name = "DUR", default_value = DEFAULT_PROBE_TIMEOUT,
           value_parser = parse_positive_duration, allow_hyphen_values = true)]
     pub(super) probe_timeout: Duration,
 
@@ -147,7 +157,7 @@ pub(super) struct Cli {
 
     /// The signal from outside that begins the stop (not ready, drain, deadline), e.g. QUIT
     /// for an image whose STOPSIGNAL is SIGQUIT; others are forwarded at once
-    #[arg(long, env = "LIFEGUARD_STOP_SIGNAL", value_name = "SIG", default_value = "TERM",
+    #[arg(long, env = "LIFEGUARD_STOP_SIGNAL", value_name = "SIG", default_value = DEFAULT_STOP_SIGNAL,
           value_parser = parse_stop_signal)]
     pub(super) stop_signal: Signal,
 

@@ -26,6 +26,7 @@ use crate::settings::{
 use crate::signal_names::Rewrites;
 
 mod compat;
+mod fast;
 mod flags;
 mod metrics_env;
 mod values;
@@ -58,11 +59,24 @@ pub enum Parsed {
 ///
 /// With `--probe` every refusal exits 1, not 2: the probe's contract is 0 or 1, and
 /// Docker reserves 2 in HEALTHCHECK commands.
+///
+/// `twins`: the names of the `LIFEGUARD_*` variables set. With none of them (nor
+/// `METRICS_SINK`), the usual command line is read without clap (fast.rs).
 pub fn parse(
     args: impl IntoIterator<Item = OsString>,
     lookup: impl Fn(&str) -> Option<String>,
+    twins: &[String],
 ) -> Parsed {
     let args: Vec<OsString> = args.into_iter().collect();
+    let twins = !twins.is_empty() || lookup("METRICS_SINK").is_some();
+    if let Some((cli, sources)) = fast::parse(&args, twins) {
+        return settings_or_refusal(cli, sources, &lookup, 2);
+    }
+    parse_with_clap(args, lookup)
+}
+
+/// `parse`, all of it by clap.
+fn parse_with_clap(args: Vec<OsString>, lookup: impl Fn(&str) -> Option<String>) -> Parsed {
     let mut command = Cli::command();
     let refusal_code = if probe_requested(&command, &args) {
         1
@@ -121,11 +135,21 @@ pub fn parse(
         drain_delay: matches.value_source("drain_delay"),
         grace: matches.value_source("grace"),
     };
-    match settings(cli, sources, &lookup) {
+    settings_or_refusal(cli, sources, &lookup, refusal_code)
+}
+
+/// The settings, or their refusal as a usage error that exits with `code`.
+fn settings_or_refusal(
+    cli: Cli,
+    sources: CheckSources,
+    lookup: &impl Fn(&str) -> Option<String>,
+    code: u8,
+) -> Parsed {
+    match settings(cli, sources, lookup) {
         Ok(parsed) => parsed,
         Err(message) => Parsed::Exit {
             message: format!("error: {message}\n\nFor more information, try '--help'.\n"),
-            code: refusal_code,
+            code,
             to_stdout: false,
         },
     }
@@ -660,7 +684,110 @@ mod tests {
         let args = std::iter::once("lifeguard")
             .chain(args.iter().copied())
             .map(OsString::from);
-        parse(args, |name| env.get(name).cloned())
+        let twins: Vec<String> = (env.keys())
+            .filter(|k| k.starts_with("LIFEGUARD_"))
+            .cloned()
+            .collect();
+        parse(args, |name| env.get(name).cloned(), &twins)
+    }
+
+    /// The usual command lines: read without clap, and the very settings clap gives.
+    #[test]
+    fn the_start_without_clap_gives_what_clap_gives() {
+        let lines: &[&[&str]] = &[
+            &["app"],
+            &["--", "app", "--grace", "1s"],
+            &["--drain-delay", "0", "--listen", "off", "--", "/bin/true"],
+            &["--drain-delay=2s", "--grace=30s", "-v", "app", "-q"],
+            &[
+                "-vv",
+                "--inflight-port",
+                "8080",
+                "--drain-max",
+                "12s",
+                "app",
+            ],
+            &["--grace", "3", "app"],
+            &[
+                "--drain-quiet",
+                "500ms",
+                "--leftover-grace",
+                "2s",
+                "--ready-interval",
+                "2s",
+                "app",
+            ],
+            &["--listen", "127.0.0.1:9999", "--ready-port", "9596", "app"],
+            &[
+                "--listen",
+                "[::]:9595",
+                "--stop-signal",
+                "QUIT",
+                "-q",
+                "app",
+            ],
+            &["--verbose", "-vvv", "app"],
+        ];
+        for line in lines {
+            let args: Vec<OsString> = std::iter::once("lifeguard")
+                .chain(line.iter().copied())
+                .map(OsString::from)
+                .collect();
+            assert!(fast::parse(&args, false).is_some(), "{line:?} went to clap");
+            let lookup = |_: &str| None;
+            let fast = match parse(args.clone(), lookup, &[]) {
+                Parsed::Run(run) => format!("{run:?}"),
+                _ => panic!("{line:?}"),
+            };
+            let clap = match parse_with_clap(args, lookup) {
+                Parsed::Run(run) => format!("{run:?}"),
+                _ => panic!("{line:?}"),
+            };
+            assert_eq!(fast, clap, "{line:?}");
+        }
+        // The defaults are clap's, field by field.
+        let command = vec![OsString::from("app")];
+        let matches = Cli::command()
+            .try_get_matches_from(["lifeguard", "app"])
+            .unwrap();
+        let by_clap = Cli::from_arg_matches(&matches).unwrap();
+        assert_eq!(
+            format!("{:?}", fast::defaults(command).unwrap()),
+            format!("{by_clap:?}")
+        );
+        // Anything else is clap's: its rules and its messages.
+        let theirs: &[&[&str]] = &[
+            &[],
+            &["--help"],
+            &["-h"],
+            &["--version"],
+            &["--probe"],
+            &["--mirror-ready-port", "9596"],
+            &["--grace", "1s", "--grace", "2s", "app"],
+            &["--grace", "-1s", "app"],
+            &["--grace", "soon", "app"],
+            &["--listen"],
+            &["--rewrite", "TERM:QUIT", "app"],
+            &["-c", "app"],
+            &["-vq", "app"],
+            &["-v", "-q", "app"],
+            &["--drain-dela", "1s", "app"],
+            &["--stop-signal", "KILL", "app"],
+            &["--ready-interval", "0", "app"],
+        ];
+        for line in theirs {
+            let args: Vec<OsString> = std::iter::once("lifeguard")
+                .chain(line.iter().copied())
+                .map(OsString::from)
+                .collect();
+            assert!(
+                fast::parse(&args, false).is_none(),
+                "{line:?} did not go to clap"
+            );
+        }
+        // A variable clap reads sends every line to clap.
+        let args: Vec<OsString> = ["lifeguard", "app"].map(OsString::from).to_vec();
+        assert!(fast::parse(&args, true).is_none());
     }
 
     fn ok(args: &[&str], env: &[(&str, &str)]) -> Run {
