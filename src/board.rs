@@ -234,11 +234,9 @@ const CLEAR_AT_MOST: usize = 16;
 
 impl Bell {
     fn new() -> io::Result<Bell> {
-        let (tx, rx) = UnixDatagram::pair()?;
-        // For the helper's runtime, which waits on its bells through epoll; supervision
-        // does not rely on it (above).
-        tx.set_nonblocking(true)?;
-        rx.set_nonblocking(true)?;
+        // Non-blocking for the helper's runtime, which waits on its bells through epoll;
+        // supervision does not rely on it (above).
+        let (tx, rx) = kernel::datagram_pair()?;
         Ok(Bell { tx, rx })
     }
 

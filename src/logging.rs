@@ -92,7 +92,10 @@ enum Sink {
 
 thread_local! {
     /// The supervision thread's queue (`None` on every other thread).
-    static OWN: RefCell<Option<Queue>> = const { RefCell::new(None) };
+    // ManuallyDrop: a thread-local with a destructor costs every start a pthread key
+    // and two sigprocmask calls to register it, for a queue that lives as long as the
+    // process anyway (flushed by `flush_own`, not by a destructor).
+    static OWN: RefCell<Option<std::mem::ManuallyDrop<Queue>>> = const { RefCell::new(None) };
 }
 
 /// Lines not written yet; the front one from byte `offset` on.
@@ -171,7 +174,7 @@ pub fn start_writer() {
         None => writer_thread(),
     };
     let _ = SINK.set(sink);
-    OWN.with(|own| *own.borrow_mut() = Some(Queue::default()));
+    OWN.with(|own| *own.borrow_mut() = Some(std::mem::ManuallyDrop::new(Queue::default())));
 }
 
 /// In the helper process, first thing after the fork: the supervision thread's own
@@ -303,7 +306,7 @@ pub fn pending() -> bool {
 /// Runs `f` on this thread's own queue: None on a thread without one, or inside a log
 /// line already using it (a Display that logs).
 fn with_own<R>(f: impl FnOnce(&mut Queue) -> R) -> Option<R> {
-    OWN.with(|own| own.try_borrow_mut().ok()?.as_mut().map(f))
+    OWN.with(|own| own.try_borrow_mut().ok()?.as_mut().map(|queue| f(queue)))
 }
 
 trait SendTimeout {

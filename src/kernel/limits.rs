@@ -4,6 +4,7 @@
 
 use std::io;
 use std::os::fd::AsFd;
+use std::os::unix::net::UnixDatagram;
 
 // ---------------------------------------------------------------------------------------
 // Lifeguard's own process attributes.
@@ -107,6 +108,16 @@ pub fn raise_descriptor_limit(wanted: u64) -> u64 {
         return target;
     }
     original.rlim_cur
+}
+
+/// A connected pair of unix datagram sockets, non-blocking and close-on-exec from the
+/// start: one socketpair(2), where std's pair and two `set_nonblocking` take three more
+/// system calls of every start.
+pub fn datagram_pair() -> io::Result<(UnixDatagram, UnixDatagram)> {
+    use nix::sys::socket::{socketpair, AddressFamily, SockFlag, SockType};
+    let flags = SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK;
+    let (a, b) = socketpair(AddressFamily::Unix, SockType::Datagram, None, flags)?;
+    Ok((UnixDatagram::from(a), UnixDatagram::from(b)))
 }
 
 /// Small kernel buffers for a listener's connections, which inherit the listener's:

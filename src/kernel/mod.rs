@@ -18,7 +18,7 @@ mod thread_sched;
 
 pub use helper_process::{fork_helper, leave, shared_words};
 pub use kill::{is_pid1, own_pid, send, signal_everything_in_namespace};
-pub use limits::{listen, raise_descriptor_limit, tune_buffers};
+pub use limits::{datagram_pair, listen, raise_descriptor_limit, tune_buffers};
 pub use proc::{
     children_besides, descendant_proc_pids, descendants, handles, own_children, proc_self_pid,
     proc_view, Descendant, ProcView, SupervisorPending,

@@ -13,6 +13,21 @@ use crate::signal_names::{self, Signal};
 // ---------------------------------------------------------------------------------------
 // The signal state lifeguard was started with.
 
+/// The signals whose disposition lifeguard's process changes before the app's spawn: Rust's
+/// start-up ignores SIGPIPE and gives SIGSEGV and SIGBUS its stack-overflow handler,
+/// `hear_children` sets SIGCHLD to its default, and the C library may take its reserved
+/// real-time signals (32 to 34) for its threads (the `--listen` lookup's). A new change of
+/// a disposition before the spawn belongs here (tests/inheritance.rs checks the app's).
+const CHANGED: [i32; 7] = [
+    libc::SIGPIPE,
+    libc::SIGSEGV,
+    libc::SIGBUS,
+    libc::SIGCHLD,
+    32,
+    33,
+    34,
+];
+
 /// Bit N-1 set: signal N was blocked / ignored when lifeguard was exec'd.
 static INHERITED_MASK: AtomicU64 = AtomicU64::new(0);
 static INHERITED_IGNORED: AtomicU64 = AtomicU64::new(0);
@@ -22,12 +37,17 @@ static INHERITED_CAPTURED: AtomicBool = AtomicBool::new(false);
 /// parks /dev/null on closed standard descriptors, which it records too: stdio.rs): it is
 /// the only moment the ignored set lifeguard inherited can still be read (docs/lifecycle.md: the
 /// app gets the mask and ignored set lifeguard was started with, as under tini).
+///
+/// Of the dispositions, only those lifeguard's process changes before the app's spawn
+/// are read (`CHANGED`): every other one reaches the app through fork and exec as it was
+/// inherited (exec keeps what is ignored), and asking the kernel about all 64 was 64
+/// system calls of every start.
 extern "C" fn capture_inherited_signal_state() {
     super::stdio::capture_closed_standard_fds();
     // The kernel's own view, reserved real-time signals included (libc hides those).
     let mask = kernel_mask(libc::SIG_BLOCK, 0).unwrap_or(0);
     let mut ignored = 0u64;
-    for n in 1..=signal_names::MAX {
+    for n in CHANGED {
         if disposition(n) == Some(libc::SIG_IGN) {
             ignored |= bit(n);
         }
