@@ -51,8 +51,7 @@ fn run() -> anyhow::Result<ExitCode> {
         .filter_map(|(name, _)| name.into_string().ok())
         .filter(|name| name.starts_with("LIFEGUARD_"))
         .collect();
-    let lookup = |name: &str| std::env::var(name).ok();
-    let run = match cli::parse(std::env::args_os(), lookup, &twins) {
+    let run = match cli::parse(std::env::args_os(), |name| std::env::var(name).ok(), &twins) {
         Parsed::Run(run) => run,
         Parsed::Probe(probe) => {
             logging::init(probe.log.level, probe.log.format);

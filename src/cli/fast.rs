@@ -40,7 +40,7 @@ pub(super) fn defaults(command: Vec<OsString>) -> Option<Cli> {
         probe_timeout: parse_positive_duration(DEFAULT_PROBE_TIMEOUT).ok()?,
         single_child: false,
         rewrite: Vec::new(),
-        stop_signal: parse_stop_signal(DEFAULT_STOP_SIGNAL).ok()?,
+        stop_signal: None,
         remap_exit: Vec::new(),
         pdeathsig: None,
         subreaper: false,
@@ -112,7 +112,7 @@ pub(super) fn parse(args: &[OsString], twins: bool) -> Option<(Cli, CheckSources
             "--listen" => cli.listen = Some(parse_listen(value).ok()?),
             "--ready-port" => cli.ready_port = Some(parse_port(value).ok()?),
             "--inflight-port" => cli.inflight_port = Some(parse_port(value).ok()?),
-            "--stop-signal" => cli.stop_signal = parse_stop_signal(value).ok()?,
+            "--stop-signal" => cli.stop_signal = Some(parse_signal(value).ok()?),
             _ => return None,
         }
     }

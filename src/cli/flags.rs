@@ -20,7 +20,6 @@ pub(super) const DEFAULT_GRACE: &str = "25s";
 pub(super) const DEFAULT_LEFTOVER_GRACE: &str = "5s";
 pub(super) const DEFAULT_READY_INTERVAL: &str = "1s";
 pub(super) const DEFAULT_PROBE_TIMEOUT: &str = "2s";
-pub(super) const DEFAULT_STOP_SIGNAL: &str = "TERM";
 
 #[derive(Parser, Debug)]
 #[command(
@@ -156,10 +155,10 @@ pub(super) struct Cli {
     pub(super) rewrite: Vec<(Signal, Signal)>,
 
     /// The signal from outside that begins the stop (not ready, drain, deadline), e.g. QUIT
-    /// for an image whose STOPSIGNAL is SIGQUIT; others are forwarded at once
-    #[arg(long, env = "LIFEGUARD_STOP_SIGNAL", value_name = "SIG", default_value = DEFAULT_STOP_SIGNAL,
-          value_parser = parse_stop_signal)]
-    pub(super) stop_signal: Signal,
+    /// for an image whose STOPSIGNAL is SIGQUIT; others are forwarded at once [default: TERM]
+    // Parsed as --pdeathsig is (one copy of clap's code for both); checked in settings().
+    #[arg(long, env = "LIFEGUARD_STOP_SIGNAL", value_name = "SIG", value_parser = parse_signal)]
+    pub(super) stop_signal: Option<Signal>,
 
     /// Report exit CODE as 0 (tini -e); repeatable
     #[arg(short = 'e', long, env = "LIFEGUARD_REMAP_EXIT", value_name = "CODE",

@@ -26,6 +26,7 @@ use crate::settings::{
 use crate::signal_names::Rewrites;
 
 mod compat;
+#[cfg(feature = "fast-start")]
 mod fast;
 mod flags;
 mod metrics_env;
@@ -68,10 +69,15 @@ pub fn parse(
     twins: &[String],
 ) -> Parsed {
     let args: Vec<OsString> = args.into_iter().collect();
-    let twins = !twins.is_empty() || lookup("METRICS_SINK").is_some();
-    if let Some((cli, sources)) = fast::parse(&args, twins) {
-        return settings_or_refusal(cli, sources, &lookup, 2);
+    #[cfg(feature = "fast-start")]
+    {
+        let twins = !twins.is_empty() || lookup("METRICS_SINK").is_some();
+        if let Some((cli, sources)) = fast::parse(&args, twins) {
+            return settings_or_refusal(cli, sources, &lookup, 2);
+        }
     }
+    #[cfg(not(feature = "fast-start"))]
+    let _ = twins;
     parse_with_clap(args, lookup)
 }
 
@@ -109,6 +115,13 @@ fn parse_with_clap(args: Vec<OsString>, lookup: impl Fn(&str) -> Option<String>)
                 message = message.replacen(
                     '\n',
                     &format!("\n  (the value comes from the environment variable {variable})\n"),
+                    1,
+                );
+            }
+            if let Some(flag) = similar_flag(&Cli::command(), &err) {
+                message = message.replacen(
+                    '\n',
+                    &format!("\n\n  tip: a similar argument exists: '{flag}'\n"),
                     1,
                 );
             }
@@ -184,6 +197,28 @@ fn blamed_variable(
                 .is_some_and(|short| a.starts_with(&format!("-{short}")))
     });
     (!given && lookup(&variable).is_some()).then_some(variable)
+}
+
+/// For an unknown `--option`, the flag it most likely meant (at most 3 edits away), as
+/// clap's own "suggestions" would say: done here with the edit distance the variables'
+/// warnings use, as clap's costs the slim build 5 kB.
+fn similar_flag(command: &clap::Command, err: &clap::Error) -> Option<String> {
+    if err.kind() != clap::error::ErrorKind::UnknownArgument {
+        return None;
+    }
+    let clap::error::ContextValue::String(given) = err.get(clap::error::ContextKind::InvalidArg)?
+    else {
+        return None;
+    };
+    let given = given.strip_prefix("--")?;
+    let given = given.split('=').next().unwrap_or(given);
+    command
+        .get_arguments()
+        .filter_map(|arg| arg.get_long())
+        .map(|long| (edit_distance(given, long), long))
+        .filter(|(distance, _)| *distance <= 3)
+        .min()
+        .map(|(_, long)| format!("--{long}"))
 }
 
 /// Whether the arguments ask for probe mode; read before parsing, so that a refusal
@@ -522,6 +557,11 @@ fn settings(
             );
         }
     }
+    let stop_signal = match values::stop_signal(cli.stop_signal) {
+        Ok(signal) => signal,
+        Err(_) if probe.is_some() => crate::signal_names::TERM,
+        Err(message) => return Err(message),
+    };
     let log = Log {
         level: match log_level(cli.verbose, cli.quiet, lookup) {
             Ok(level) => level,
@@ -550,7 +590,7 @@ fn settings(
             drain_max: cli.inflight_port.map(|_| drain_max),
             drain_quiet: cli.drain_quiet,
             leftover_grace: cli.leftover_grace,
-            stop_signal: cli.stop_signal,
+            stop_signal,
         },
         command: cli.command,
         listen,
@@ -562,7 +602,7 @@ fn settings(
         scale_in_protection: protection.is_some(),
     };
     let helper = Helper {
-        stop_signal: cli.stop_signal,
+        stop_signal,
         app_check,
         check_interval: cli.ready_interval,
         cloudwatch: cloudwatch_config,
@@ -692,6 +732,7 @@ mod tests {
     }
 
     /// The usual command lines: read without clap, and the very settings clap gives.
+    #[cfg(feature = "fast-start")]
     #[test]
     fn the_start_without_clap_gives_what_clap_gives() {
         let lines: &[&[&str]] = &[
@@ -772,7 +813,6 @@ mod tests {
             &["-vq", "app"],
             &["-v", "-q", "app"],
             &["--drain-dela", "1s", "app"],
-            &["--stop-signal", "KILL", "app"],
             &["--ready-interval", "0", "app"],
         ];
         for line in theirs {
@@ -1174,6 +1214,18 @@ mod tests {
                 "{message}"
             );
         }
+    }
+
+    #[test]
+    fn a_misspelt_flag_gets_the_one_it_meant() {
+        let message = usage_error(&["--drain-dealy", "5s", "app"], &[]);
+        assert!(
+            message.contains("unexpected argument '--drain-dealy'")
+                && message.contains("tip: a similar argument exists: '--drain-delay'"),
+            "{message}"
+        );
+        let message = usage_error(&["--gracefully=3", "app"], &[]);
+        assert!(!message.contains("similar argument"), "{message}");
     }
 
     #[test]

@@ -223,20 +223,20 @@ pub(super) fn parse_signal(text: &str) -> Result<Signal, String> {
 }
 
 /// `--stop-signal`: a signal lifeguard can catch and that means "stop" rather than
-/// lifeguard's own business (SIGCHLD is how it hears of exits).
-pub(super) fn parse_stop_signal(text: &str) -> Result<Signal, String> {
-    let signal = Signal::parse(text, false)?;
-    match signal.0 {
-        libc::SIGKILL | libc::SIGSTOP => Err(format!(
-            "'{text}' cannot be caught, so it cannot begin a drain: expected the signal your \
-             orchestrator or image's STOPSIGNAL sends to stop, like TERM (the default), QUIT or INT"
-        )),
-        libc::SIGCHLD => Err(format!(
-            "'{text}' is how lifeguard hears of exits: expected the signal your orchestrator \
-             or image's STOPSIGNAL sends to stop, like TERM (the default), QUIT or INT"
-        )),
-        _ => Ok(signal),
-    }
+/// lifeguard's own business (SIGCHLD is how it hears of exits); SIGTERM when not given.
+pub(super) fn stop_signal(given: Option<Signal>) -> Result<Signal, String> {
+    let Some(signal) = given else {
+        return Ok(crate::signal_names::TERM);
+    };
+    let why = match signal.0 {
+        libc::SIGKILL | libc::SIGSTOP => "cannot be caught, so it cannot begin a drain",
+        libc::SIGCHLD => "is how lifeguard hears of exits",
+        _ => return Ok(signal),
+    };
+    Err(format!(
+        "--stop-signal (LIFEGUARD_STOP_SIGNAL) {signal} {why}: expected the signal your \
+         orchestrator or image's STOPSIGNAL sends to stop, like TERM (the default), QUIT or INT"
+    ))
 }
 
 pub(super) fn parse_exit_code(text: &str) -> Result<u8, String> {

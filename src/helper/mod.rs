@@ -157,20 +157,21 @@ pub fn run(plan: &Plan, board: HelperBoard) -> Infallible {
                 // Said once a spell, and again if a starved thread turns out hung.
                 if told != Some(why.hung()) {
                     told = Some(why.hung());
+                    let (level, then) = if why.hung() {
+                        (
+                            logging::Level::Error,
+                            "the helper process stops its heartbeat, and supervision starts a new one",
+                        )
+                    } else {
+                        (logging::Level::Notice, "the helper process goes on")
+                    };
                     let line = format!(
-                        "the {} thread has not turned for {}: {}",
+                        "the {} thread has not turned for {}: {}; {then}",
                         helper.name(),
                         crate::seconds::human(STUCK),
                         why.why()
                     );
-                    if why.hung() {
-                        logging::error(
-                            format!("{line}; the helper process stops its heartbeat, and supervision starts a new one"),
-                            &[],
-                        );
-                    } else {
-                        logging::notice(format!("{line}; the helper process goes on"), &[]);
-                    }
+                    logging::log(level, line, &[]);
                 }
             }
         }

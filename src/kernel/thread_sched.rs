@@ -45,20 +45,28 @@ impl ThreadSched {
     pub fn read(&self) -> Option<Sched> {
         let mut buf = [0u8; 512];
         let n = self.schedstat.read_at(&mut buf, 0).ok()?;
-        let (ran, waited) = parse_schedstat(std::str::from_utf8(&buf[..n]).ok()?)?;
+        let (ran, waited) = parse_schedstat(&buf[..n])?;
         let n = self.stat.read_at(&mut buf, 0).ok()?;
-        let state = parse_state(std::str::from_utf8(&buf[..n]).ok()?)?;
+        let state = parse_state(&buf[..n])?;
         Some(Sched {
             ran,
             waited,
-            runnable: state == 'R',
+            runnable: state == b'R',
         })
     }
 }
 
-/// `schedstat`: nanoseconds run, nanoseconds waited on a run queue, time slices.
-pub fn parse_schedstat(text: &str) -> Option<(Duration, Duration)> {
-    let mut fields = text.split_whitespace().map(|f| f.parse::<u64>().ok());
+/// `schedstat`: nanoseconds run, nanoseconds waited on a run queue, time slices (decimal
+/// numbers separated by one space; read byte by byte, as the kernel writes them).
+pub fn parse_schedstat(text: &[u8]) -> Option<(Duration, Duration)> {
+    let mut fields = text.split(|b| *b == b' ' || *b == b'\n').map(|field| {
+        let digits = !field.is_empty() && field.iter().all(u8::is_ascii_digit);
+        digits.then(|| {
+            (field.iter()).fold(0u64, |n, d| {
+                n.wrapping_mul(10).wrapping_add(u64::from(d - b'0'))
+            })
+        })
+    });
     let ran = fields.next()??;
     let waited = fields.next()??;
     Some((Duration::from_nanos(ran), Duration::from_nanos(waited)))
@@ -66,9 +74,9 @@ pub fn parse_schedstat(text: &str) -> Option<(Duration, Duration)> {
 
 /// The state letter of a `stat` line: the field after the name in parentheses, which may
 /// itself hold spaces and parentheses (proc(5): read from the last `)`).
-pub fn parse_state(text: &str) -> Option<char> {
-    let after = &text[text.rfind(')')? + 1..];
-    after.split_whitespace().next()?.chars().next()
+pub fn parse_state(text: &[u8]) -> Option<u8> {
+    let close = text.iter().rposition(|b| *b == b')')?;
+    text.get(close + 2).copied().filter(u8::is_ascii_alphabetic)
 }
 
 #[cfg(test)]
@@ -79,20 +87,20 @@ mod tests {
     fn the_recorded_files_read_as_the_kernel_writes_them() {
         // Recorded from a helper thread on Linux 6.18.
         assert_eq!(
-            parse_schedstat("141786 1506975 2\n"),
+            parse_schedstat(b"141786 1506975 2\n"),
             Some((
                 Duration::from_nanos(141_786),
                 Duration::from_nanos(1_506_975)
             ))
         );
-        assert_eq!(parse_schedstat("12 x 3"), None);
-        assert_eq!(parse_schedstat(""), None);
-        let stat = "17085 (sampler) R 17082 17082 1920 0 -1 4194304 127 0 0 0";
-        assert_eq!(parse_state(stat), Some('R'));
+        assert_eq!(parse_schedstat(b"12 x 3"), None);
+        assert_eq!(parse_schedstat(b""), None);
+        let stat = b"17085 (sampler) R 17082 17082 1920 0 -1 4194304 127 0 0 0";
+        assert_eq!(parse_state(stat), Some(b'R'));
         // A name with a space and a parenthesis of its own.
-        assert_eq!(parse_state("9 (a) b) S 1 9 9"), Some('S'));
-        assert_eq!(parse_state("9 (stopped) t 1"), Some('t'));
-        assert_eq!(parse_state("garbage"), None);
+        assert_eq!(parse_state(b"9 (a) b) S 1 9 9"), Some(b'S'));
+        assert_eq!(parse_state(b"9 (stopped) t 1"), Some(b't'));
+        assert_eq!(parse_state(b"garbage"), None);
     }
 
     #[test]

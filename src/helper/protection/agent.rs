@@ -41,7 +41,7 @@ pub async fn call(endpoint: &Uri, ask: Ask) -> Answer {
         Ok(Ok((status, body))) => parse(status, &body),
         Ok(Err(reason)) => Answer::Failed(format!("the ECS agent: {reason}")),
         Err(_) => Answer::Unanswered(format!(
-            "the ECS agent did not answer within {}",
+            "the ECS agent did not answer within {} (it may have carried the call out all the same: a set counts as set until cleared or lapsed)",
             crate::seconds::human(CALL_TIMEOUT)
         )),
     }

@@ -372,21 +372,19 @@ impl Rule {
                     self.retry_at = Some(now + self.minute * DENIED_RETRY_MINUTES);
                 }
             }
-            Answer::Unanswered(reason) if ask == Ask::Protect => {
-                // A set (or renewal) with no answer may have been carried out, as a clear
-                // may: counted as set until `sent` plus the expiry, so the gauge and the
-                // stop line say "protected" while ECS may hold the task, a clear follows
-                // if the long request ends first, and the retry after the pause renews it.
-                let maybe = sent + self.expiry();
-                self.until = Some(self.until.map_or(maybe, |until| until.max(maybe)));
-                let reason = format!(
-                    "{reason} (it may have been carried out: counted as set until cleared or lapsed)"
-                );
-                let said = self.failed(ask, reason, now, jitter);
-                self.confirmed = now.checked_sub(self.renew_after());
-                return said;
+            Answer::Unanswered(reason) => {
+                if ask == Ask::Protect {
+                    // A set (or renewal) with no answer may have been carried out, as a
+                    // clear may: counted as set until `sent` plus the expiry, so the gauge
+                    // and the stop line say "protected" while ECS may hold the task, a
+                    // clear follows if the long request ends first, and the retry after
+                    // the pause renews it (below, as after a clear).
+                    let maybe = sent + self.expiry();
+                    self.until = Some(self.until.map_or(maybe, |until| until.max(maybe)));
+                }
+                return self.failed(ask, reason, now, jitter);
             }
-            Answer::Throttled(reason) | Answer::Unanswered(reason) | Answer::Failed(reason) => {
+            Answer::Throttled(reason) | Answer::Failed(reason) => {
                 return self.failed(ask, reason, now, jitter);
             }
         }
@@ -419,10 +417,12 @@ impl Rule {
                 retry_in: Duration::ZERO,
             }];
         }
-        if ask == Ask::Clear {
+        if ask == Ask::Clear || self.until.is_some() {
             // A clear that failed or timed out may still have been carried out: should
             // a long request come back, the protection is renewed at once, not a minute
-            // after it was last set.
+            // after it was last set. So is a set or renewal that failed while the
+            // protection stands (or may stand: an unanswered set): retried after the
+            // pause.
             self.confirmed = now.checked_sub(self.renew_after());
         }
         self.failures += 1;
@@ -739,12 +739,14 @@ mod tests {
         // The first set timed out: the agent may have set the protection all the same.
         let t0 = Instant::now();
         let mut rule = started(t0);
-        let unanswered =
-            |_: Ask| Answer::Unanswered("the ECS agent did not answer within 5s".into());
+        // As agent.rs words it.
+        let unanswered = |_: Ask| {
+            Answer::Unanswered("the ECS agent did not answer within 5s (it may have carried the call out all the same)".into())
+        };
         let (calls, said) = run(&mut rule, t0, (1, 30), |t| Some(t as f64), unanswered);
         assert_eq!(calls, [(30, Ask::Protect)]);
         assert!(
-            matches!(&said[0], Said::Failing { ask: Ask::Protect, reason, .. } if reason.contains("may have been carried out")),
+            matches!(&said[0], Said::Failing { ask: Ask::Protect, reason, .. } if reason.contains("may have carried the call out")),
             "{said:?}"
         );
         // Counted as set (the gauge, the stop line) for the expiry from the call's start.
