@@ -380,11 +380,9 @@ fn what_the_pilot_review_found_stays_fixed() {
     assert!(migrating.contains("`-vvv` trace"));
     // Each false form as a word of its own in each page's markup (a bare "0" or "no"
     // is in almost any text).
-    let marked: [(&String, fn(&str) -> String); 2] = [
-        (&man, |f| format!("\\fB{f}\\fR")),
-        (&migrating, |f| format!("`{f}`")),
-    ];
-    for (text, mark) in marked {
+    let marked = [(&man, "\\fB", "\\fR"), (&migrating, "`", "`")];
+    for (text, open, close) in marked {
+        let mark = |form: &str| format!("{open}{form}{close}");
         let at = text.find("DUMB_INIT_DEBUG").unwrap();
         let around = &text[at..(at + 300).min(text.len())];
         for form in ["0", "false", "no", "off"] {
