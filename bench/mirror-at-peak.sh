@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/packages.sh build static-x86_64 bench
-cargo build --release --locked --target x86_64-unknown-linux-musl --bin lifeguard
+scripts/build-static.sh x86_64 >/dev/null  # the rustup target too, on a fresh machine
 exec python3 bench/mirror_at_peak.py "$@"

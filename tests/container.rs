@@ -642,6 +642,8 @@ fn the_scratch_dockerfile_builds_from_the_static_binary_with_a_small_context() {
     }
     // The app on the Dockerfile's --inflight-port: ready once it listens there.
     let container = Container::run_args(&image, &[], &["--http", "8080"]);
+    // Not root, as the restricted Pod Security profile admits: the image's USER.
+    assert_eq!(container.inspect("{{.Config.User}}"), "65534");
     // Its HEALTHCHECK is lifeguard's own probe, every 5 s.
     wait_until("docker to call the container healthy", || {
         (container.inspect("{{.State.Health.Status}}") == "healthy").then_some(())

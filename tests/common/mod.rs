@@ -6,8 +6,10 @@
 pub mod cloudwatch;
 pub mod ecs;
 pub mod ecs_agent;
+pub mod examples;
 pub mod haproxy;
 pub mod netns;
+pub mod prometheus;
 pub mod task;
 
 use std::io::{BufRead, BufReader, Read, Write};
@@ -495,6 +497,20 @@ impl Run {
             }
             std::thread::sleep(Duration::from_millis(5));
         }
+    }
+
+    /// lifeguard's exit code if it has exited (as unshare passes it on; 128 + the
+    /// signal for a death by a signal), None while it runs. Does not wait.
+    pub fn try_exit(&mut self) -> Option<i32> {
+        use std::os::unix::process::ExitStatusExt;
+        let status = self.child.try_wait().unwrap()?;
+        self.stdout.wait(&|_| false, Duration::from_secs(2));
+        self.stderr.wait(&|_| false, Duration::from_secs(2));
+        Some(
+            status
+                .code()
+                .unwrap_or_else(|| 128 + status.signal().unwrap_or(0)),
+        )
     }
 
     /// Waits for the exit and checks the code.
