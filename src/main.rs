@@ -51,7 +51,12 @@ fn run() -> anyhow::Result<ExitCode> {
         .filter_map(|(name, _)| name.into_string().ok())
         .filter(|name| name.starts_with("LIFEGUARD_"))
         .collect();
-    let run = match cli::parse(std::env::args_os(), |name| std::env::var(name).ok(), &twins) {
+    let run = match cli::parse(
+        std::env::args_os(),
+        |name| std::env::var(name).ok(),
+        &twins,
+        engine(),
+    ) {
         Parsed::Run(run) => run,
         Parsed::Probe(probe) => {
             logging::init(probe.log.level, probe.log.format);
@@ -84,9 +89,13 @@ fn run() -> anyhow::Result<ExitCode> {
         supervision,
         helper,
         log,
+        notices,
         warnings,
     } = *run;
     logging::init(log.level, log.format);
+    for notice in &notices {
+        logging::notice(notice, &[]);
+    }
     warn_all(&warnings, twins);
     // PID 1 gets the helper process as an entry point and what it keeps; only this
     // file knows both halves.
@@ -98,6 +107,22 @@ fn run() -> anyhow::Result<ExitCode> {
         })
     };
     pid1::supervise(supervision, helper).map(ExitCode::from)
+}
+
+/// The plain container engine lifeguard is PID 1 under, if any: its defaults then fit
+/// the engine's stop (cli::parse). Not PID 1 (a subreaper in someone's container, a
+/// shell), lifeguard is not what the engine stops.
+fn engine() -> Option<settings::Engine> {
+    if !kernel::is_pid1() {
+        return None;
+    }
+    if std::path::Path::new("/.dockerenv").exists() {
+        Some(settings::Engine::Docker)
+    } else if std::path::Path::new("/run/.containerenv").exists() {
+        Some(settings::Engine::Podman)
+    } else {
+        None
+    }
 }
 
 /// The settings' warnings, and the `LIFEGUARD_*` variables nobody knows (a misspelling

@@ -52,9 +52,46 @@ pub struct Run {
     pub supervision: Supervision,
     pub helper: Helper,
     pub log: Log,
+    /// Lines for the start, once the log is set up: defaults chosen for where it runs.
+    pub notices: Vec<String>,
     /// Warnings for the log, once it is set up (settings that are ignored).
     pub warnings: Vec<String>,
 }
+
+/// A plain container engine lifeguard runs under, seen from inside: Docker writes
+/// `/.dockerenv` into every container, Podman `/run/.containerenv`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Engine {
+    Docker,
+    Podman,
+}
+
+impl Engine {
+    pub fn name(self) -> &'static str {
+        match self {
+            Engine::Docker => "Docker",
+            Engine::Podman => "Podman",
+        }
+    }
+
+    /// The command whose stop the defaults fit.
+    pub fn command(self) -> &'static str {
+        match self {
+            Engine::Docker => "docker",
+            Engine::Podman => "podman",
+        }
+    }
+}
+
+/// Variables an orchestrator that routes traffic by readiness and stops containers with
+/// its own timeout sets in every container: ECS's task metadata endpoints, Kubernetes'
+/// service environment. Where one is set, a container engine underneath (ECS on EC2
+/// runs Docker) is not the one that stops the container.
+pub const ORCHESTRATOR_VARIABLES: [&str; 3] = [
+    "ECS_CONTAINER_METADATA_URI_V4",
+    "ECS_CONTAINER_METADATA_URI",
+    "KUBERNETES_SERVICE_HOST",
+];
 
 /// How lifeguard's own lines are written, whichever program it is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

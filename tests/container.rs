@@ -326,10 +326,10 @@ fn a_limited_container_reports_its_own_limits_and_usage_from_inside() {
 
 #[test]
 fn dockers_own_10_second_kill_explains_itself_in_the_log() {
-    // An app that ignores SIGTERM, lifeguard's default 25 s grace, and a plain
-    // `docker stop` (10 s): Docker kills first (137). The start said so, and the
-    // SIGTERM's line states the plan the kill cut short.
-    let image = Image::build("docker-kill", &[], &["--exit-on", "none"]);
+    // An app that ignores SIGTERM, a --grace of 25 s given, and a plain `docker stop`
+    // (10 s): Docker kills first (137). The start said so, and the SIGTERM's line states
+    // the plan the kill cut short.
+    let image = Image::build("docker-kill", &["--grace", "25s"], &["--exit-on", "none"]);
     let c = Container::run(&image);
     wait_until("the app to start", || {
         c.logs().contains("ready").then_some(())
@@ -344,15 +344,96 @@ fn dockers_own_10_second_kill_explains_itself_in_the_log() {
     assert!(stop.join().unwrap().status.success());
     assert_eq!(c.inspect("{{.State.ExitCode}}"), "137", "{}", c.logs());
     let logs = c.logs();
-    let plan = logs
-        .lines()
-        .find(|l| l.contains("draining:"))
-        .unwrap_or_else(|| panic!("no plan at the SIGTERM:\n{logs}"));
-    assert!(
-        plan.contains("relay_by=+") && plan.contains("sigkill_at=+25s"),
-        "{plan}"
+    // No drain delay under plain Docker: the stop signal went at once, and the line
+    // says the deadline that Docker's kill came before.
+    assert_eq!(
+        plan_at_the_sigterm(&c),
+        ("0s".into(), "+25s".into()),
+        "{logs}"
     );
     assert!(!logs.contains("grace deadline reached"), "{logs}");
+}
+
+/// The stop plan in the SIGTERM's line: (the drain delay, the SIGKILL's time).
+fn plan_at_the_sigterm(c: &Container) -> (String, String) {
+    let is_plan =
+        |l: &&str| l.contains("lifeguard: draining:") || l.contains("lifeguard: stopping:");
+    let logs = wait_until("the SIGTERM's line", || {
+        let logs = c.logs();
+        logs.lines().any(|l| is_plan(&l)).then_some(logs)
+    });
+    let plan = logs.lines().find(is_plan).unwrap();
+    let field = |key: &str| {
+        plan.split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key} in {plan}"))
+            .to_string()
+    };
+    (field("delay="), field("sigkill_at="))
+}
+
+#[test]
+fn under_plain_docker_the_defaults_fit_docker_stop_as_tinis_do() {
+    // An app whose shutdown takes 6 s, no flags, `docker stop` with Docker's default
+    // 10 s: under tini it exits 0 after ~6 s. lifeguard, seeing Docker (/.dockerenv) and
+    // no orchestrator, waits no drain delay and ends its grace at 9 s: the same.
+    let image = Image::build("engine-defaults", &[], &["--linger", "6000"]);
+    let c = Container::run(&image);
+    wait_until("the app to start", || {
+        c.logs().contains("ready").then_some(())
+    });
+    let start = c.logs();
+    assert!(
+        start.contains("defaults for a plain Docker container")
+            && start.contains("--drain-delay 0")
+            && start.contains("--grace 9s"),
+        "the start does not say which defaults apply:\n{start}"
+    );
+    assert!(!start.contains("reminder, under Docker"), "{start}");
+    let stopped = Instant::now();
+    let stop = c.stop_in_background(10);
+    assert_eq!(plan_at_the_sigterm(&c), ("0s".into(), "+9s".into()));
+    assert!(stop.join().unwrap().status.success());
+    let took = stopped.elapsed();
+    let logs = c.logs();
+    assert_eq!(
+        c.inspect("{{.State.ExitCode}}"),
+        "0",
+        "after {took:?}:\n{logs}"
+    );
+    assert!(
+        logs.contains("exiting"),
+        "the app's cleanup was cut:\n{logs}"
+    );
+    assert!(took < Duration::from_secs(9), "{took:?}\n{logs}");
+
+    // Kubernetes' service variables (a pod on a Docker node): its defaults stand.
+    let c = Container::run_with(&image, &["-e", "KUBERNETES_SERVICE_HOST=10.96.0.1"]);
+    wait_until("the app to start", || {
+        c.logs().contains("ready").then_some(())
+    });
+    assert!(!c.logs().contains("defaults for a plain"), "{}", c.logs());
+    let _stop = c.stop_in_background(1);
+    assert_eq!(plan_at_the_sigterm(&c), ("5s".into(), "+25s".into()));
+    // ECS's metadata variable likewise, and a value the user gave by variable stays.
+    let c = Container::run_with(
+        &image,
+        &[
+            "-e",
+            "ECS_CONTAINER_METADATA_URI_V4=http://169.254.170.2/v4/x",
+        ],
+    );
+    wait_until("the app to start", || {
+        c.logs().contains("ready").then_some(())
+    });
+    let _stop = c.stop_in_background(1);
+    assert_eq!(plan_at_the_sigterm(&c), ("5s".into(), "+25s".into()));
+    let c = Container::run_with(&image, &["-e", "LIFEGUARD_DRAIN_DELAY=2s"]);
+    wait_until("the app to start", || {
+        c.logs().contains("ready").then_some(())
+    });
+    let _stop = c.stop_in_background(1);
+    assert_eq!(plan_at_the_sigterm(&c), ("2s".into(), "+9s".into()));
 }
 
 #[test]

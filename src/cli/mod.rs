@@ -20,8 +20,9 @@ use clap::{CommandFactory, FromArgMatches};
 
 use crate::logging::Level;
 use crate::settings::{
-    AppCheck, CloudWatch, Helper, Lifecycle, Listen, ListenAt, Log, Metrics, Mirror, MirrorPort,
-    Probe, Protection, Run, Sink, Supervision, DEFAULT_PORT, MIRROR_DEFAULT_PORT,
+    AppCheck, CloudWatch, Engine, Helper, Lifecycle, Listen, ListenAt, Log, Metrics, Mirror,
+    MirrorPort, Probe, Protection, Run, Sink, Supervision, DEFAULT_PORT, MIRROR_DEFAULT_PORT,
+    ORCHESTRATOR_VARIABLES,
 };
 use crate::signal_names::Rewrites;
 
@@ -67,22 +68,27 @@ pub fn parse(
     args: impl IntoIterator<Item = OsString>,
     lookup: impl Fn(&str) -> Option<String>,
     twins: &[String],
+    engine: Option<Engine>,
 ) -> Parsed {
     let args: Vec<OsString> = args.into_iter().collect();
     #[cfg(feature = "fast-start")]
     {
         let twins = !twins.is_empty() || lookup("METRICS_SINK").is_some();
         if let Some((cli, sources)) = fast::parse(&args, twins) {
-            return settings_or_refusal(cli, sources, &lookup, 2);
+            return settings_or_refusal(cli, sources, &lookup, 2, engine);
         }
     }
     #[cfg(not(feature = "fast-start"))]
     let _ = twins;
-    parse_with_clap(args, lookup)
+    parse_with_clap(args, lookup, engine)
 }
 
 /// `parse`, all of it by clap.
-fn parse_with_clap(args: Vec<OsString>, lookup: impl Fn(&str) -> Option<String>) -> Parsed {
+fn parse_with_clap(
+    args: Vec<OsString>,
+    lookup: impl Fn(&str) -> Option<String>,
+    engine: Option<Engine>,
+) -> Parsed {
     let mut command = Cli::command();
     let refusal_code = if probe_requested(&command, &args) {
         1
@@ -148,7 +154,7 @@ fn parse_with_clap(args: Vec<OsString>, lookup: impl Fn(&str) -> Option<String>)
         drain_delay: matches.value_source("drain_delay"),
         grace: matches.value_source("grace"),
     };
-    settings_or_refusal(cli, sources, &lookup, refusal_code)
+    settings_or_refusal(cli, sources, &lookup, refusal_code, engine)
 }
 
 /// The settings, or their refusal as a usage error that exits with `code`.
@@ -157,8 +163,9 @@ fn settings_or_refusal(
     sources: CheckSources,
     lookup: &impl Fn(&str) -> Option<String>,
     code: u8,
+    engine: Option<Engine>,
 ) -> Parsed {
-    match settings(cli, sources, lookup) {
+    match settings(cli, sources, lookup, engine) {
         Ok(parsed) => parsed,
         Err(message) => Parsed::Exit {
             message: format!("error: {message}\n\nFor more information, try '--help'.\n"),
@@ -380,8 +387,13 @@ fn settings(
     mut cli: Cli,
     sources: CheckSources,
     lookup: &impl Fn(&str) -> Option<String>,
+    engine: Option<Engine>,
 ) -> Result<Parsed, String> {
     let probe = cli.probe.clone().map(|target| (target, cli.probe_timeout));
+    let mut notices = Vec::new();
+    if probe.is_none() {
+        notices.extend(engine_defaults(&mut cli, &sources, lookup, engine));
+    }
     // `--grace` lowered alone, to the default drain delay or below (`--grace 3`): the
     // drain delay scales with it (a fifth, as 5 s of the default 25 s) rather than
     // refusing a setting whose other half the user never chose.
@@ -617,8 +629,57 @@ fn settings(
         supervision,
         helper,
         log,
+        notices,
         warnings,
     })))
+}
+
+/// The grace under a plain container engine: `docker stop` and `podman stop` send
+/// SIGKILL 10 s after their SIGTERM, and lifeguard's own deadline should come first, so
+/// that its SIGKILL, its line and its exit code end the stop, not the engine's.
+const ENGINE_GRACE: std::time::Duration = std::time::Duration::from_secs(9);
+
+/// Under a plain container engine (Docker or Podman, and neither ECS's metadata
+/// variables nor Kubernetes' service variables), the defaults of a stop that fits the
+/// engine's window, as tini's would: no drain delay (nothing routes traffic to the
+/// container by its readiness, so there is nobody to wait for) and a grace that ends
+/// before the engine's SIGKILL. Values the user gave, by flag or variable, stay. The
+/// notice for the start line, when a default changed.
+fn engine_defaults(
+    cli: &mut Cli,
+    sources: &CheckSources,
+    lookup: &impl Fn(&str) -> Option<String>,
+    engine: Option<Engine>,
+) -> Option<String> {
+    let engine = engine?;
+    if ORCHESTRATOR_VARIABLES
+        .iter()
+        .any(|name| lookup(name).is_some_and(|v| !v.trim().is_empty()))
+    {
+        return None;
+    }
+    let default = Some(ValueSource::DefaultValue);
+    let mut changed = Vec::new();
+    if sources.drain_delay == default {
+        cli.drain_delay = std::time::Duration::ZERO;
+        changed.push("--drain-delay 0 (no balancer routes to it by readiness)".to_string());
+    }
+    if sources.grace == default {
+        cli.grace = ENGINE_GRACE;
+        changed.push(format!(
+            "--grace {} (ends before `{} stop`'s SIGKILL at 10s)",
+            crate::seconds::human(ENGINE_GRACE),
+            engine.command(),
+        ));
+    }
+    (!changed.is_empty()).then(|| {
+        format!(
+            "defaults for a plain {} container (no ECS or Kubernetes variables): {}; give the \
+             flags (or their LIFEGUARD_* twins) to choose others",
+            engine.name(),
+            changed.join(", ")
+        )
+    })
 }
 
 /// Warnings for `LIFEGUARD_*` variables in `names` that lifeguard does not know (a

@@ -7,6 +7,11 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 fn parse_with(args: &[&str], env: &[(&str, &str)]) -> Parsed {
+    parse_under(None, args, env)
+}
+
+/// As lifeguard parses its command line as PID 1 under `engine`.
+fn parse_under(engine: Option<Engine>, args: &[&str], env: &[(&str, &str)]) -> Parsed {
     let env: HashMap<String, String> = env
         .iter()
         .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -18,7 +23,7 @@ fn parse_with(args: &[&str], env: &[(&str, &str)]) -> Parsed {
         .filter(|k| k.starts_with("LIFEGUARD_"))
         .cloned()
         .collect();
-    parse(args, |name| env.get(name).cloned(), &twins)
+    parse(args, |name| env.get(name).cloned(), &twins, engine)
 }
 
 /// The usual command lines: read without clap, and the very settings clap gives.
@@ -66,11 +71,11 @@ fn the_start_without_clap_gives_what_clap_gives() {
             .collect();
         assert!(fast::parse(&args, false).is_some(), "{line:?} went to clap");
         let lookup = |_: &str| None;
-        let fast = match parse(args.clone(), lookup, &[]) {
+        let fast = match parse(args.clone(), lookup, &[], None) {
             Parsed::Run(run) => format!("{run:?}"),
             _ => panic!("{line:?}"),
         };
-        let clap = match parse_with_clap(args, lookup) {
+        let clap = match parse_with_clap(args, lookup, None) {
             Parsed::Run(run) => format!("{run:?}"),
             _ => panic!("{line:?}"),
         };
@@ -257,6 +262,83 @@ fn usage_error(args: &[&str], env: &[(&str, &str)]) -> String {
             message
         }
     }
+}
+
+/// Under Docker or Podman with no orchestrator, the stop fits the engine's 10 s: no drain
+/// delay, a grace of 9 s, said at the start; what the user gave stays; under ECS or
+/// Kubernetes (which may run on an engine) nothing changes.
+#[test]
+fn a_plain_container_engine_gets_defaults_that_fit_its_stop() {
+    let run = |engine, args: &[&str], env: &[(&str, &str)]| match parse_under(engine, args, env) {
+        Parsed::Run(run) => *run,
+        _ => panic!("{args:?} {env:?}"),
+    };
+    let lifecycle = |r: &Run| {
+        (
+            r.supervision.lifecycle.drain_delay,
+            r.supervision.lifecycle.grace,
+        )
+    };
+    let (s5, s25, s9) = (
+        Duration::from_secs(5),
+        Duration::from_secs(25),
+        Duration::from_secs(9),
+    );
+    let docker = run(Some(Engine::Docker), &["app"], &[]);
+    assert_eq!(lifecycle(&docker), (Duration::ZERO, s9));
+    assert_eq!(docker.supervision.lifecycle.drain_max, None);
+    assert_eq!(docker.notices.len(), 1);
+    let notice = &docker.notices[0];
+    assert!(
+        notice.contains("plain Docker container")
+            && notice.contains("--drain-delay 0")
+            && notice.contains("--grace 9s")
+            && notice.contains("`docker stop`'s SIGKILL at 10s"),
+        "{notice}"
+    );
+    // Through clap too (a variable sends the line there), and for Podman.
+    let podman = run(
+        Some(Engine::Podman),
+        &["-v", "--", "app"],
+        &[("LIFEGUARD_LOG_FORMAT", "text")],
+    );
+    assert_eq!(lifecycle(&podman), (Duration::ZERO, s9));
+    assert!(
+        podman.notices[0].contains("`podman stop`"),
+        "{:?}",
+        podman.notices
+    );
+    // Given values stay (flags here; their variables in tests/container.rs, as clap
+    // reads them from the process's environment); the notice names only what it chose.
+    let given = run(Some(Engine::Docker), &["--grace", "30s", "app"], &[]);
+    assert_eq!(lifecycle(&given), (Duration::ZERO, Duration::from_secs(30)));
+    assert!(!given.notices[0].contains("--grace"), "{:?}", given.notices);
+    let both = run(
+        Some(Engine::Docker),
+        &["--drain-delay", "1s", "--grace", "20s", "app"],
+        &[],
+    );
+    assert_eq!(
+        lifecycle(&both),
+        (Duration::from_secs(1), Duration::from_secs(20))
+    );
+    assert!(both.notices.is_empty());
+    // An orchestrator's variables: its defaults, whatever engine runs underneath.
+    for variable in [
+        "ECS_CONTAINER_METADATA_URI_V4",
+        "ECS_CONTAINER_METADATA_URI",
+        "KUBERNETES_SERVICE_HOST",
+    ] {
+        let r = run(
+            Some(Engine::Docker),
+            &["app"],
+            &[(variable, "http://169.254.170.2/v4/x")],
+        );
+        assert_eq!(lifecycle(&r), (s5, s25), "{variable}");
+        assert!(r.notices.is_empty());
+    }
+    // No engine (not PID 1, or neither file): the defaults.
+    assert_eq!(lifecycle(&run(None, &["app"], &[])), (s5, s25));
 }
 
 #[test]

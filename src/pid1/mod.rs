@@ -173,13 +173,9 @@ fn docker_stop_notice(
     set: impl Fn(&str) -> bool,
     grace: Duration,
 ) -> Option<String> {
-    let orchestrated = [
-        "ECS_CONTAINER_METADATA_URI_V4",
-        "ECS_CONTAINER_METADATA_URI",
-        "KUBERNETES_SERVICE_HOST",
-    ]
-    .iter()
-    .any(|name| set(name));
+    let orchestrated = crate::settings::ORCHESTRATOR_VARIABLES
+        .iter()
+        .any(|name| set(name));
     (pid1 && dockerenv && !orchestrated && grace >= DOCKER_STOP_TIMEOUT).then(|| {
         format!(
             "reminder, under Docker: `docker stop` sends SIGKILL {} after its SIGTERM unless the container was started with a longer --stop-timeout (compose: stop_grace_period), which lifeguard cannot see from inside; with --grace {} give it {} or more, or lower --grace",

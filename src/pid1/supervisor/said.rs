@@ -152,6 +152,16 @@ impl<S: Sys> Supervisor<S> {
                 }
                 logging::notice(what, &fields);
             }
+            // A stop with no drain (a drain delay of 0 and no --inflight-port): the stop
+            // signal goes at once, and the plan still has its deadline to say, for the
+            // same reason as the draining line's.
+            Phase::Stopping if matches!(before, Phase::Starting | Phase::Running) => {
+                let kill = format!("+{}", crate::seconds::human(self.lifecycle.config().grace));
+                logging::notice(
+                    "stopping: no drain delay, the stop signal is relayed at once; what still runs at sigkill_at gets SIGKILL",
+                    &[("delay", &"0s"), ("sigkill_at", &kill)],
+                );
+            }
             _ => logging::debug(
                 "phase",
                 &[
