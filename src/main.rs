@@ -116,9 +116,11 @@ fn engine() -> Option<settings::Engine> {
     if !kernel::is_pid1() {
         return None;
     }
-    if std::path::Path::new("/.dockerenv").exists() {
+    // Regular files, as the engines write them.
+    let written = |path: &str| std::path::Path::new(path).is_file();
+    if written("/.dockerenv") {
         Some(settings::Engine::Docker)
-    } else if std::path::Path::new("/run/.containerenv").exists() {
+    } else if written("/run/.containerenv") {
         Some(settings::Engine::Podman)
     } else {
         None

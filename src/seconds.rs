@@ -85,6 +85,20 @@ fn unit_nanos(unit: &str) -> Option<u128> {
     })
 }
 
+/// A measured duration as people write one in a log line: tenths of a second from one
+/// second up (`62.0s`, `2.3s`), whole milliseconds below (`340ms`). `human` is for
+/// durations someone chose (`1m 30s`), where every part was meant; a measurement's
+/// microseconds say nothing (`1m 2ms 8us 862ns` reads as a minute, not as 60.0 s).
+pub fn measured(duration: Duration) -> String {
+    let millis = duration.as_millis();
+    if millis < 1_000 {
+        format!("{millis}ms")
+    } else {
+        let tenths = millis / 100;
+        format!("{}.{}s", tenths / 10, tenths % 10)
+    }
+}
+
 /// Written as people write it, largest unit first: `5s`, `1m 30s`, `1s 500ms`, `0s`; what
 /// [`parse`] reads back to the same duration.
 pub fn human(duration: Duration) -> Human {
@@ -126,6 +140,23 @@ impl Display for Human {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn measured_durations_read_as_people_write_them() {
+        let d = |secs: u64, nanos: u32| Duration::new(secs, nanos);
+        for (duration, written) in [
+            (d(62, 8_862), "62.0s"),
+            (d(2, 345_000_000), "2.3s"),
+            (d(1, 0), "1.0s"),
+            (d(0, 999_999_999), "999ms"),
+            (d(0, 0), "0ms"),
+            (d(3_600, 950_000_000), "3600.9s"),
+        ] {
+            assert_eq!(measured(duration), written, "{duration:?}");
+        }
+        // What a chosen duration reads as, beside it.
+        assert_eq!(human(d(62, 8_862)).to_string(), "1m 2s 8us 862ns");
+    }
 
     #[test]
     fn units_as_people_write_them() {

@@ -447,3 +447,84 @@ fn no_page_says_a_heading_twice() {
         }
     }
 }
+
+#[test]
+fn what_the_0_3_0_trial_found_is_said_where_users_read() {
+    let man = read("man/lifeguard.1").replace('\n', " ");
+    let lifecycle = read("docs/lifecycle.md").replace('\n', " ");
+    // A stream that pauses looks idle to the drain: said in the drain's section and the
+    // man page, with what to do (tests/drain.rs pins the behaviour).
+    let drain_section = |text: &str, from: &str| {
+        let at = text.find(from).unwrap_or_else(|| panic!("no {from:?}"));
+        text[at..(at + 1_500).min(text.len())].to_string()
+    };
+    let said = drain_section(
+        &lifecycle,
+        "What the drain cannot see: a stream that pauses",
+    );
+    assert!(
+        said.contains("`--drain-quiet` above the longest pause") && said.contains("--drain-delay"),
+        "{said}"
+    );
+    let said = drain_section(&man, "A response that has begun streaming");
+    assert!(
+        said.contains("above the longest pause") && said.contains("drain\\-delay"),
+        "{said}"
+    );
+    // ECS bridge mode: what works, the check on the traffic port, no mirror.
+    let bridge = drain_section(&lifecycle, "### ECS on EC2 in `bridge` network mode");
+    for word in [
+        "dynamic host port",
+        "traffic-port",
+        "No readiness mirror",
+        "--drain-delay 0",
+    ] {
+        assert!(
+            bridge.contains(word) || lifecycle.contains(word),
+            "bridge mode: {word}"
+        );
+    }
+    // --help's METRICS_EXTRA names every extra, ScaleInProtected included.
+    let help = lifeguard().arg("--help").output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout).replace('\n', " ");
+    assert!(help.contains("ScaleInProtected"), "{help}");
+    // The migrating page's leftovers paragraph knows --leftover-grace.
+    assert!(read("docs/migrating.md").contains("--leftover-grace"));
+    // lifeguard_build_info carries the commit, and the metrics page says so.
+    assert!(read("docs/metrics.md").contains("`lifeguard_build_info{version,commit}`"));
+    // Measured durations in log lines read as people write them: a measured field the
+    // docs quote is `62.0s` or `340ms`, never `1m 2ms 8us 862ns` (src/seconds.rs tests
+    // the writing itself).
+    for page in docs() {
+        let text = read(&page);
+        let fields = [
+            "quiet_for=",
+            "silent_for=",
+            "at_the_latest_in=",
+            "retry_in=",
+        ];
+        for (at, _) in fields.iter().flat_map(|f| text.match_indices(f)) {
+            let value: String = text[at..]
+                .split_once('=')
+                .unwrap()
+                .1
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '.')
+                .collect();
+            let measured = value
+                .strip_suffix("ms")
+                .map(|n| n.chars().all(|c| c.is_ascii_digit()))
+                .or_else(|| {
+                    value.strip_suffix('s').map(|n| {
+                        n.split('.')
+                            .all(|p| !p.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+                    })
+                })
+                .unwrap_or(false);
+            assert!(
+                value.is_empty() || measured,
+                "{page}: {value:?} is not a measured duration"
+            );
+        }
+    }
+}

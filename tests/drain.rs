@@ -181,6 +181,58 @@ fn with_no_drain_delay_an_idle_port_stops_within_drain_quiet() {
     });
 }
 
+/// A streamed answer that pauses at the SIGTERM (its head and first part sent, the rest
+/// 2 s later), under `--drain-quiet`: the answer and the app's lines.
+fn stream_paused_at_the_stop(drain_quiet: &str) -> (String, Vec<String>) {
+    let (mut run, app_port) = start_server(
+        &[
+            "--drain-delay",
+            "0",
+            "--drain-quiet",
+            drain_quiet,
+            "--drain-max",
+            "10s",
+        ],
+        false,
+        true,
+    );
+    let mut stream = request_in_flight(&run, app_port, "/stream/2000");
+    run.expect_line("streamed first part");
+    // The first part has reached the client: the server spoke last.
+    let mut first = [0u8; 64];
+    let n = stream.read(&mut first).unwrap();
+    assert!(String::from_utf8_lossy(&first[..n]).ends_with("first"));
+    run.signal(libc::SIGTERM);
+    let rest = answer(stream);
+    run.wait_exit();
+    figures_were_read(&run);
+    (rest, run.stdout())
+}
+
+#[test]
+fn a_stream_that_pauses_longer_than_drain_quiet_looks_idle_and_is_cut() {
+    if skipped_under_emulation(NO_SOCK_DIAG_UNDER_EMULATION) {
+        return;
+    }
+    // What docs/lifecycle.md says the drain cannot see: once a response has begun and
+    // the server has spoken last, the kernel shows nothing outstanding, and a pause
+    // with no bytes coming in is quiet. With --drain-quiet 1s the stop goes in the
+    // 2 s pause, and the app (which dies on SIGTERM) cuts the stream.
+    in_own_netns(|| {
+        let (rest, lines) = stream_paused_at_the_stop("1s");
+        assert_eq!(rest, "", "the stream was not cut: {lines:?}");
+        assert!(
+            !lines.iter().any(|l| l == "streamed last part"),
+            "{lines:?}"
+        );
+    });
+    // What the docs say to do: a --drain-quiet longer than the pause keeps it.
+    in_own_netns(|| {
+        let (rest, lines) = stream_paused_at_the_stop("3s");
+        assert_eq!(rest, " last", "{lines:?}");
+    });
+}
+
 #[test]
 fn a_request_longer_than_drain_max_is_cut_there_with_a_warning() {
     if skipped_under_emulation(NO_SOCK_DIAG_UNDER_EMULATION) {

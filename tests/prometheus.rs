@@ -108,6 +108,18 @@ fn a_real_prometheus_server_scrapes_lifeguard_every_second() {
     let (run, port) = start_observed();
     let server = Server::scraping(port);
     assert_eq!(server.query("lifeguard_build_info"), 1.0);
+    // The build's commit as a label, the one --version names.
+    let version = lifeguard().arg("--version").output().unwrap();
+    let version = String::from_utf8_lossy(&version.stdout).to_string();
+    let commit = version
+        .split("(commit ")
+        .nth(1)
+        .and_then(|rest| rest.split(',').next())
+        .unwrap_or_else(|| panic!("{version}"));
+    assert_eq!(
+        server.query(&format!("lifeguard_build_info{{commit=\"{commit}\"}}")),
+        1.0
+    );
     assert_eq!(server.query("up{job=\"lifeguard\"}"), 1.0);
     // The same figure lifeguard serves itself.
     let limit = server.query("lifeguard_cpu_limit_cores");

@@ -113,7 +113,7 @@ pub fn supervise(
     logging::info("app started", &[("pid", &app_pid), ("command", &program)]);
     if let Some(notice) = docker_stop_notice(
         kernel::is_pid1(),
-        std::path::Path::new("/.dockerenv").exists(),
+        std::path::Path::new("/.dockerenv").is_file(),
         |name| std::env::var_os(name).is_some(),
         settings.lifecycle.grace,
     ) {

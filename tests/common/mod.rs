@@ -208,13 +208,19 @@ pub fn start_program(
         Mode::Pid1 => {
             require_root();
             let mut c = Command::new("unshare");
-            c.args(["--pid", "--fork", "--mount-proc"]).args(argv);
+            c.args(["--pid", "--fork", "--mount-proc"])
+                .args(no_engine_here())
+                .args(argv);
             c
         }
         Mode::Pid1HostProc => {
             require_root();
             let mut c = Command::new("unshare");
-            c.args(["--pid", "--fork"]).args(argv);
+            // A mount namespace of its own for no_engine_here's mount; /proc stays the
+            // host's.
+            c.args(["--pid", "--fork", "--mount"])
+                .args(no_engine_here())
+                .args(argv);
             c
         }
         Mode::Subreaper => {
@@ -262,6 +268,27 @@ pub fn start_program(
         stdout,
         stderr,
     }
+}
+
+/// What goes between `unshare`'s options and lifeguard so that its PID namespace looks
+/// like a container of no engine: where the tests themselves run in a Docker container,
+/// `/.dockerenv` is there for every process, and lifeguard as PID 1 would take the
+/// defaults it gives a plain Docker container (no drain delay, a 9 s grace) — right for
+/// that container's own PID 1, not for the tests' namespaces. In the namespace's own
+/// mount namespace the file is covered by /dev/null, no longer the regular file Docker
+/// writes; tests/container.rs runs the real thing.
+pub fn no_engine_here() -> Vec<String> {
+    if !std::path::Path::new("/.dockerenv").is_file() {
+        return Vec::new();
+    }
+    [
+        "sh",
+        "-c",
+        "mount --bind /dev/null /.dockerenv && exec \"$@\"",
+        "sh",
+    ]
+    .map(String::from)
+    .to_vec()
 }
 
 /// Starts lifeguard through `wrapper` (e.g. `env --block-signal=USR2`, `prlimit

@@ -23,7 +23,9 @@
 //!                     SIGTERM it closes its port at once (as Uvicorn does), prints
 //!                     `closed`, finishes the requests in flight, then exits.
 //!                     `--http ADDR:PORT` listens there instead (`[::]:8080`);
-//!                     `/slow/MS` answers after MS milliseconds
+//!                     `/slow/MS` answers after MS milliseconds; `/stream/MS` sends
+//!                     its head and a first part at once (`streamed first part`), the
+//!                     rest MS milliseconds later (`streamed last part`)
 //!   --keep-alive      the web server keeps connections open between requests
 //!   --die-on-term     the web server's SIGTERM is fatal at once, as for an app with no
 //!                     handler: requests in flight are lost
@@ -450,6 +452,21 @@ mod web {
             pending.drain(..end);
             let path = head.split_whitespace().nth(1).unwrap_or("/").to_string();
             super::say(&format!("request {path}"));
+            // A streamed answer: its head and first part at once, the rest after MS
+            // milliseconds (a download that stalls, a server-sent event stream).
+            if let Some(ms) = path.strip_prefix("/stream/") {
+                let ms = ms.parse().unwrap_or(1000);
+                let first =
+                    "HTTP/1.1 200 OK\r\nContent-Length: 10\r\nConnection: close\r\n\r\nfirst";
+                if stream.write_all(first.as_bytes()).is_err() {
+                    return;
+                }
+                super::say("streamed first part");
+                std::thread::sleep(Duration::from_millis(ms));
+                let _ = stream.write_all(b" last");
+                super::say("streamed last part");
+                return;
+            }
             let (status, body) = match path.as_str() {
                 "/slow" => {
                     std::thread::sleep(Duration::from_secs(2));

@@ -312,8 +312,17 @@ const FAMILIES: &[Family] = &[
     Family {
         name: "lifeguard_build_info",
         kind: Kind::Gauge,
-        help: "Always 1; the version of lifeguard as a label.",
-        read: |_| vec![("", vec![("version", env!("CARGO_PKG_VERSION").to_string())], 1.0)],
+        help: "Always 1; the version of lifeguard and the commit it was built from as labels.",
+        read: |_| {
+            vec![(
+                "",
+                vec![
+                    ("version", env!("CARGO_PKG_VERSION").to_string()),
+                    ("commit", env!("BUILT_COMMIT").to_string()),
+                ],
+                1.0,
+            )]
+        },
     },
 ];
 
@@ -415,8 +424,9 @@ mod tests {
             "lifeguard_signals_forwarded_total{signal=\"SIGHUP\"} 1",
             "lifeguard_zombies_reaped_total 1",
             &format!(
-                "lifeguard_build_info{{version=\"{}\"}} 1",
-                env!("CARGO_PKG_VERSION")
+                "lifeguard_build_info{{version=\"{}\",commit=\"{}\"}} 1",
+                env!("CARGO_PKG_VERSION"),
+                env!("BUILT_COMMIT")
             ),
         ] {
             assert!(

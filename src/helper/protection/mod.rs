@@ -17,7 +17,7 @@ pub mod agent;
 pub mod rule;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crate::board::Phase;
 use crate::helper::desk::Desk;
@@ -116,7 +116,7 @@ fn tell(said: Said, expires: &dyn std::fmt::Display) {
         ),
         Said::Renewed => logging::debug("scale-in protection renewed", &[("expires_in", expires)]),
         Said::Cleared { quiet_for } => {
-            let quiet = quiet_for.map(crate::seconds::human);
+            let quiet = quiet_for.map(crate::seconds::measured);
             let fields: Vec<logging::Field> = quiet.iter().map(|q| ("quiet_for", q as _)).collect();
             logging::notice(
                 "scale-in protection cleared: no request in flight longer than --scale-in-protection for the settle time",
@@ -147,8 +147,7 @@ fn tell(said: Said, expires: &dyn std::fmt::Display) {
             reason,
             retry_in,
         } => {
-            // Whole milliseconds: the jitter's nanoseconds say nothing.
-            let retry = crate::seconds::human(Duration::from_millis(retry_in.as_millis() as u64));
+            let retry = crate::seconds::measured(retry_in);
             let mut fields: Vec<logging::Field> = vec![("reason", &reason)];
             if ask != Ask::Read {
                 fields.push(("retry_in", &retry));

@@ -59,7 +59,7 @@ impl<S: Sys> Supervisor<S> {
                         "the helper process hangs (no heartbeat): killed; a new one starts once it is gone",
                         &[
                             ("pid", &pid),
-                            ("silent_for", &format!("{}ms", silent.as_millis())),
+                            ("silent_for", &crate::seconds::measured(silent)),
                         ],
                     );
                 }

@@ -30,10 +30,7 @@ impl<S: Sys> Supervisor<S> {
                         .inflight_port
                         .map_or("?".to_string(), |p| p.to_string()),
                 ),
-                (
-                    "at_the_latest_in",
-                    &crate::seconds::human(Duration::from_millis(at_the_latest.as_millis() as u64)),
-                ),
+                ("at_the_latest_in", &crate::seconds::measured(at_the_latest)),
             ],
         )
     }
@@ -47,10 +44,7 @@ impl<S: Sys> Supervisor<S> {
         };
         logging::warn(
             what,
-            &[(
-                "at_the_latest_in",
-                &crate::seconds::human(Duration::from_millis(at_the_latest.as_millis() as u64)),
-            )],
+            &[("at_the_latest_in", &crate::seconds::measured(at_the_latest))],
         )
     }
 
@@ -185,7 +179,7 @@ impl<S: Sys> Supervisor<S> {
                 "the port is quiet: drain over",
                 &[
                     ("after", &after_ms),
-                    ("quiet_for", &format!("{}ms", quiet_for.as_millis())),
+                    ("quiet_for", &crate::seconds::measured(quiet_for)),
                     (
                         "seen_by",
                         &if self.last_look.is_none_or(|l| l.namespace_counted) {
