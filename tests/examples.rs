@@ -855,3 +855,129 @@ fn the_cloudformation_template_passes_cfn_lint() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The flags and `LIFEGUARD_*` variables of the release `version`, read from the commit
+/// RELEASES.md records for it (its src/cli/flags.rs), or None when it is not recorded.
+fn release_options(version: &str) -> Option<(Vec<String>, Vec<String>)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let releases = std::fs::read_to_string(root.join("RELEASES.md")).unwrap();
+    let section = releases.split(&format!("## {version} ")).nth(1)?;
+    let commit = section
+        .lines()
+        .find_map(|l| l.strip_prefix("- commit: `"))?
+        .split('`')
+        .next()?
+        .to_string();
+    let out = Command::new("git")
+        .args(["show", &format!("{commit}:src/cli/flags.rs")])
+        .current_dir(root)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{version}: git show {commit}: a shallow clone?"
+    );
+    let source = String::from_utf8_lossy(&out.stdout).to_string();
+    let flags = source
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("pub(super) "))
+        .filter_map(|l| l.split(':').next())
+        .map(|field| format!("--{}", field.replace('_', "-")))
+        .collect();
+    let twins = source
+        .split("env = \"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .map(String::from)
+        .collect();
+    Some((flags, twins))
+}
+
+/// The `--flags` of the command lines in `v` (an array's words before its `--`; the
+/// app's own come after it), and the `LIFEGUARD_*` variables it sets (an environment's
+/// keys, a task definition's `name`s).
+fn lifeguard_words(v: &Value, flags: &mut Vec<String>, twins: &mut Vec<String>) {
+    match v {
+        Value::Array(items) => {
+            for item in items {
+                if item == "--" {
+                    break;
+                }
+                if let Some(word) = item.as_str().filter(|w| w.starts_with("--") && w.len() > 2) {
+                    flags.push(word.split('=').next().unwrap().to_string());
+                }
+                lifeguard_words(item, flags, twins);
+            }
+        }
+        Value::Object(map) => {
+            for (key, value) in map {
+                for name in [Some(key.as_str()), value.as_str().filter(|_| key == "name")] {
+                    if let Some(name) = name.filter(|n| n.starts_with("LIFEGUARD_")) {
+                        twins.push(name.to_string());
+                    }
+                }
+                lifeguard_words(value, flags, twins);
+            }
+        }
+        Value::String(text) => {
+            // A compose or task definition may give a command line as one string.
+            for word in text.split_whitespace() {
+                if word.starts_with("LIFEGUARD_") {
+                    twins.push(word.split('=').next().unwrap().to_string());
+                }
+            }
+        }
+        _ => {}
+    }
+}
+
+#[test]
+fn the_examples_use_only_what_the_release_they_name_has() {
+    // The examples name the lifeguard release their images are built from (the mirror's
+    // tag); a task built from them must start on that release. 0.2.0, say, refuses
+    // --scale-in-protection with exit 2.
+    let all = examples();
+    let mut named = std::collections::BTreeSet::new();
+    for docs in all.values() {
+        let text = docs.to_string();
+        for (at, _) in text.match_indices("lifeguard-mirror:") {
+            let version: String = text[at + "lifeguard-mirror:".len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '.')
+                .collect();
+            named.insert(version);
+        }
+    }
+    assert_eq!(
+        named.len(),
+        1,
+        "the examples name several releases: {named:?}"
+    );
+    let version = named.into_iter().next().unwrap();
+    let Some((flags, twins)) = release_options(&version) else {
+        panic!(
+            "the examples name lifeguard {version}, which RELEASES.md does not record: \
+             name a recorded release"
+        );
+    };
+    for (file, docs) in &all {
+        let (mut used, mut variables) = (Vec::new(), Vec::new());
+        for doc in docs.as_array().unwrap() {
+            lifeguard_words(doc, &mut used, &mut variables);
+        }
+        for flag in used {
+            // The app's own flags sit after `--`; what is left is lifeguard's, or a
+            // container runtime's own (compose's) that lifeguard never sees.
+            assert!(
+                flags.contains(&flag),
+                "{file}: {flag} is not in lifeguard {version}"
+            );
+        }
+        for variable in variables {
+            assert!(
+                twins.contains(&variable),
+                "{file}: {variable} is not in lifeguard {version}"
+            );
+        }
+    }
+}

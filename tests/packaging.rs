@@ -294,6 +294,15 @@ fn every_release_record_names_a_commit_of_this_repository_and_its_six_sums() {
     // be in the history a clone of main has.
     let records = records();
     assert!(!records.is_empty(), "RELEASES.md records no release");
+    // Nothing in the record may go stale as main moves on: it says what the release is,
+    // never what came after it.
+    let text = std::fs::read_to_string(root().join("RELEASES.md")).unwrap();
+    for stale in ["after it on main", "commits after", "since then"] {
+        assert!(
+            !text.contains(stale),
+            "RELEASES.md says {stale:?}, which later commits make false"
+        );
+    }
     let changelog = std::fs::read_to_string(root().join("CHANGELOG.md")).unwrap();
     for r in &records {
         assert_eq!(r.commit.len(), 40, "{}: {}", r.version, r.commit);
@@ -358,10 +367,13 @@ fn the_readme_verify_steps_run_as_written_and_the_release_rebuilds_bit_for_bit()
         .current_dir(root())
         .output()
         .unwrap();
-    let release = records()
-        .into_iter()
-        .find(|r| r.version == "0.2.0")
-        .unwrap();
+    // The README names the newest release (RELEASES.md lists the newest first).
+    let release = records().into_iter().next().unwrap();
+    assert!(
+        checkout.contains(&format!("/^## {}/", release.version)),
+        "the README's checkout line names another release than the newest, {}",
+        release.version
+    );
     assert_eq!(
         String::from_utf8_lossy(&found.stdout).trim(),
         release.commit,
@@ -369,8 +381,13 @@ fn the_readme_verify_steps_run_as_written_and_the_release_rebuilds_bit_for_bit()
     );
     let verify = section
         .lines()
-        .find(|l| l.starts_with("scripts/verify-release.sh 0.2.0 lifeguard-"))
-        .expect("the README's one-binary verify line");
+        .find(|l| {
+            l.starts_with(&format!(
+                "scripts/verify-release.sh {v} lifeguard-{v}-",
+                v = release.version
+            ))
+        })
+        .expect("the README's one-binary verify line, for the newest release");
     let out = std::process::Command::new("bash")
         .args(["-c", verify])
         .current_dir(root())
