@@ -25,17 +25,15 @@ import os
 import re
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from health_at_peak import QUOTA_US, PERIOD_US, cgroup, end_round, free_port, tcp_probe, version  # noqa: E402
+from health_at_peak import QUOTA_US, root_and_spin, PERIOD_US, cgroup, end_round, free_port, start_in_task, version  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-IN_CGROUP = 'echo $$ > {path}/cgroup.procs && exec "$@"'
 DRAIN_MAX = 20.0
 
 
@@ -60,18 +58,8 @@ def one_round(lifeguard, spin, threads, slow_ms):
             "--listen", "off", "--ready-port", str(ready), "--",
             spin, str(threads), "serve", str(app_port)]
     log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(
-        ["sh", "-c", IN_CGROUP.format(path=path), "sh",
-         "unshare", "--pid", "--fork", "--kill-child", "--mount-proc"] + argv,
-        stdout=subprocess.PIPE, stderr=log, text=True)
+    proc, pid1 = start_in_task(path, argv, ready, stderr=log, settle=2.0)
     try:
-        assert proc.stdout.readline().strip() == "ready", "the app did not start"
-        deadline = time.monotonic() + 60
-        while tcp_probe(ready, 3.0) is None:
-            if time.monotonic() > deadline:
-                raise RuntimeError("lifeguard never found the app ready")
-        time.sleep(2)  # steady throttling
-        pid1 = int(open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()[0])
         answer = {}
         client = threading.Thread(target=request, args=(app_port, slow_ms, answer))
         client.start()
@@ -104,10 +92,7 @@ def main():
     ap.add_argument("--lifeguard", default=os.path.join(ROOT, "target/x86_64-unknown-linux-musl/release/lifeguard"))
     ap.add_argument("--label", default="lifeguard")
     args = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("bench/drain_at_peak.py: run as root (cgroups, PID namespaces)")
-    spin = os.path.join(tempfile.mkdtemp(), "spin")
-    subprocess.run(["gcc", "-O2", "-pthread", "-o", spin, os.path.join(ROOT, "bench/spin.c")], check=True)
+    spin = root_and_spin("drain_at_peak.py")
     print(f"# {args.label}: {version(args.lifeguard)}; quota {QUOTA_US / PERIOD_US:.2f} CPU, "
           f"{args.threads} spinning app threads, GET /slow/{args.slow} in flight at the SIGTERM, "
           f"--drain-max {DRAIN_MAX:.0f}s", flush=True)

@@ -35,6 +35,38 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 QUOTA_US, PERIOD_US = 25_000, 100_000
 
 
+def root_and_spin(script, what="cgroups, PID namespaces"):
+    """Refuses to run but as root; builds bench/spin.c (the spinning app) and returns
+    its path."""
+    if os.geteuid() != 0:
+        sys.exit(f"bench/{script}: run as root ({what})")
+    spin = os.path.join(tempfile.mkdtemp(), "spin")
+    subprocess.run(["gcc", "-O2", "-pthread", "-o", spin, os.path.join(ROOT, "bench/spin.c")], check=True)
+    return spin
+
+
+def start_in_task(path, argv, ready, stderr=subprocess.DEVNULL, settle=1.0):
+    """lifeguard's `argv` as PID 1 of a PID namespace in the cgroup `path`, once the
+    app has said `ready`, lifeguard's ready port `ready` listens and the quota has
+    throttled for `settle` s: (the wrapper's Popen, lifeguard's pid)."""
+    proc = subprocess.Popen(
+        ["sh", "-c", f'echo $$ > {path}/cgroup.procs && exec "$@"', "sh",
+         "unshare", "--pid", "--fork", "--kill-child", "--mount-proc"] + argv,
+        stdout=subprocess.PIPE, stderr=stderr, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready", "the app did not start"
+        deadline = time.monotonic() + 60
+        while tcp_probe(ready, 3.0) is None:
+            if time.monotonic() > deadline:
+                raise RuntimeError("lifeguard never found the app ready")
+        time.sleep(settle)  # steady throttling
+        pid1 = int(open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()[0])
+    except BaseException:
+        end_round(proc, path)
+        raise
+    return proc, pid1
+
+
 def cgroup(name):
     """A fresh cgroup with the quota; its procs file and a cleanup."""
     v1 = "/sys/fs/cgroup/cpu"
@@ -289,12 +321,9 @@ def main():
     ap.add_argument("--baseline", help="another lifeguard binary measured beside it")
     ap.add_argument("--probes", type=int, default=2000)
     args = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("bench/health_at_peak.py: run as root (cgroups, PID namespaces)")
+    spin = root_and_spin("health_at_peak.py")
     if not os.path.exists(args.lifeguard):
         subprocess.run(["cargo", "build", "--release", "--bin", "lifeguard"], cwd=ROOT, check=True)
-    spin = os.path.join(tempfile.mkdtemp(), "spin")
-    subprocess.run(["gcc", "-O2", "-pthread", "-o", spin, os.path.join(ROOT, "bench/spin.c")], check=True)
     if subprocess.run(["sh", "-c", "command -v strace"], stdout=subprocess.DEVNULL).returncode != 0:
         sys.exit("bench/health_at_peak.py: strace is missing (scripts/packages.sh bench installs it)")
     binaries = [("", args.lifeguard)] + ([("baseline ", args.baseline)] if args.baseline else [])

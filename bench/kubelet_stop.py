@@ -26,17 +26,14 @@ import argparse
 import os
 import socket
 import statistics
-import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from health_at_peak import QUOTA_US, PERIOD_US, cgroup, end_round, free_port, tcp_probe, version  # noqa: E402
+from health_at_peak import QUOTA_US, root_and_spin, PERIOD_US, cgroup, end_round, free_port, start_in_task, version  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-IN_CGROUP = 'echo $$ > {path}/cgroup.procs && exec "$@"'
 PRESTOP = 5.0  # the example's preStop sleep
 EXTENSION = 2.0  # the kubelet's one-off extension for a hook cut at the grace
 ENDED = "ended before the kubelet's SIGKILL"
@@ -72,18 +69,8 @@ def one_round(lifeguard, spin, threads, plan, grace):
     argv = [lifeguard, "--inflight-port", str(app_port), *PLANS[plan], "--drain-quiet", "1s",
             "--drain-max", "15s", "--grace", "20s", "--listen", "off", "--ready-port", str(ready),
             "--", spin, str(threads), "serve", str(app_port)]
-    proc = subprocess.Popen(
-        ["sh", "-c", IN_CGROUP.format(path=path), "sh",
-         "unshare", "--pid", "--fork", "--kill-child", "--mount-proc"] + argv,
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc, pid1 = start_in_task(path, argv, ready)
     try:
-        assert proc.stdout.readline().strip() == "ready", "the app did not start"
-        deadline = time.monotonic() + 60
-        while tcp_probe(ready, 3.0) is None:
-            if time.monotonic() > deadline:
-                raise RuntimeError("lifeguard never found the app ready")
-        time.sleep(1)  # steady throttling
-        pid1 = int(open(f"/proc/{proc.pid}/task/{proc.pid}/children").read().split()[0])
         app = int(open(f"/proc/{pid1}/task/{pid1}/children").read().split()[0])
         answers, clients = {}, []
 
@@ -132,10 +119,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--lifeguard", default=os.path.join(ROOT, "target/x86_64-unknown-linux-musl/release/lifeguard"))
     args = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("bench/kubelet_stop.py: run as root (cgroups, PID namespaces)")
-    spin = os.path.join(tempfile.mkdtemp(), "spin")
-    subprocess.run(["gcc", "-O2", "-pthread", "-o", spin, os.path.join(ROOT, "bench/spin.c")], check=True)
+    spin = root_and_spin("kubelet_stop.py")
     print(f"# {version(args.lifeguard)}; quota {QUOTA_US / PERIOD_US:.2f} CPU; app dies at once on "
           f"SIGTERM; GET /slow/1000 in flight at the delete, a request every 100 ms for 1 s after it; "
           f"--drain-quiet 1s --drain-max 15s --grace 20s", flush=True)

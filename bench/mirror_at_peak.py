@@ -40,12 +40,11 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from health_at_peak import QUOTA_US, PERIOD_US, cgroup, free_port, pct, remove, version  # noqa: E402
+from health_at_peak import QUOTA_US, root_and_spin, PERIOD_US, cgroup, free_port, pct, remove, version  # noqa: E402
 from ready_port_at_peak import ms, series, streak  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -328,10 +327,7 @@ def main():
     ap.add_argument("--shares", default="64,2")
     ap.add_argument("--lifeguard", default=os.path.join(ROOT, "target/x86_64-unknown-linux-musl/release/lifeguard"))
     args = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("bench/mirror_at_peak.py: run as root (cgroups)")
-    spin = os.path.join(tempfile.mkdtemp(), "spin")
-    subprocess.run(["gcc", "-O2", "-pthread", "-o", spin, os.path.join(ROOT, "bench/spin.c")], check=True)
+    spin = root_and_spin("mirror_at_peak.py", "cgroups")
     print(f"# lifeguard {version(args.lifeguard)}; a task of {QUOTA_US / PERIOD_US:.2f} CPU, "
           f"{args.threads} spinning app threads, {args.duration:.0f} s at each share", flush=True)
     for shares in [int(s) for s in args.shares.split(",")]:

@@ -36,7 +36,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from health_at_peak import QUOTA_US, PERIOD_US, cgroup, end_round, free_port, http_probe, pct, remove, tcp_probe, version  # noqa: E402
+from health_at_peak import QUOTA_US, root_and_spin, PERIOD_US, cgroup, end_round, free_port, pct, remove, tcp_probe, version  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 IN_CGROUP = 'echo $$ > {path}/cgroup.procs && exec "$@"'
@@ -258,10 +258,7 @@ def main():
     ap.add_argument("--lifeguard", default=os.path.join(ROOT, "target/x86_64-unknown-linux-musl/release/lifeguard"))
     ap.add_argument("--only", choices=["probes", "sigterm"], help="one of the two parts")
     args = ap.parse_args()
-    if os.geteuid() != 0:
-        sys.exit("bench/ready_port_at_peak.py: run as root (cgroups, PID namespaces)")
-    spin = os.path.join(tempfile.mkdtemp(), "spin")
-    subprocess.run(["gcc", "-O2", "-pthread", "-o", spin, os.path.join(ROOT, "bench/spin.c")], check=True)
+    spin = root_and_spin("ready_port_at_peak.py")
     print(f"# lifeguard {version(args.lifeguard)}; quota {QUOTA_US / PERIOD_US:.2f} CPU, "
           f"{args.threads} spinning app threads")
     if args.only != "sigterm":

@@ -162,14 +162,7 @@ fn the_kubernetes_example_fits_lifeguards_flags_and_the_stop_budget() {
     ] {
         assert_eq!(annotation(key), want, "{key}");
     }
-    let keda = doc(
-        &all,
-        "kubernetes/keda-scaledobject.yaml",
-        Some("ScaledObject"),
-    );
-    let query = keda["spec"]["triggers"][0]["metadata"]["query"]
-        .as_str()
-        .unwrap();
+    let (keda, _, query, _, _) = keda_trigger(&all);
     assert!(query.contains("lifeguard_requests_in_flight"), "{query}");
     assert_eq!(
         keda["spec"]["scaleTargetRef"]["name"],
@@ -242,19 +235,23 @@ fn hpa_desired(
     desired.clamp(bounds.0, bounds.1)
 }
 
-#[test]
-fn the_keda_example_scales_out_and_back_in_as_the_hpa_would() {
-    let all = examples();
+/// The example's KEDA trigger: (the ScaledObject, its metric type, query, threshold,
+/// and the replica bounds).
+fn keda_trigger(all: &serde_json::Map<String, Value>) -> (Value, String, String, f64, (u64, u64)) {
     let keda = doc(
-        &all,
+        all,
         "kubernetes/keda-scaledobject.yaml",
         Some("ScaledObject"),
-    );
+    )
+    .clone();
     let trigger = &keda["spec"]["triggers"][0];
     assert_eq!(trigger["type"], "prometheus");
     // KEDA's default metric type is AverageValue.
-    let metric_type = trigger["metricType"].as_str().unwrap_or("AverageValue");
-    let query = trigger["metadata"]["query"].as_str().unwrap();
+    let metric_type = trigger["metricType"]
+        .as_str()
+        .unwrap_or("AverageValue")
+        .to_string();
+    let query = trigger["metadata"]["query"].as_str().unwrap().to_string();
     let threshold: f64 = trigger["metadata"]["threshold"]
         .as_str()
         .unwrap()
@@ -264,6 +261,14 @@ fn the_keda_example_scales_out_and_back_in_as_the_hpa_would() {
         keda["spec"]["minReplicaCount"].as_u64().unwrap(),
         keda["spec"]["maxReplicaCount"].as_u64().unwrap(),
     );
+    (keda, metric_type, query, threshold, bounds)
+}
+
+#[test]
+fn the_keda_example_scales_out_and_back_in_as_the_hpa_would() {
+    let all = examples();
+    let (_, metric_type, query, threshold, bounds) = keda_trigger(&all);
+    let (metric_type, query) = (metric_type.as_str(), query.as_str());
     let mut table = Vec::new();
     for current in [3, 10] {
         let mut at_twice = 0;
@@ -580,24 +585,9 @@ fn hpa_over_time(
 #[test]
 fn the_hpa_keda_makes_scales_as_the_comments_say() {
     let all = examples();
-    let keda = doc(
-        &all,
-        "kubernetes/keda-scaledobject.yaml",
-        Some("ScaledObject"),
-    );
-    let trigger = &keda["spec"]["triggers"][0];
-    let meta = &trigger["metadata"];
-    let query = meta["query"].as_str().unwrap();
-    let threshold: f64 = meta["threshold"].as_str().unwrap().parse().unwrap();
-    let metric = (
-        trigger["metricType"].as_str().unwrap_or("AverageValue"),
-        query,
-        threshold,
-    );
-    let bounds = (
-        keda["spec"]["minReplicaCount"].as_u64().unwrap(),
-        keda["spec"]["maxReplicaCount"].as_u64().unwrap(),
-    );
+    let (keda, metric_type, query, threshold, bounds) = keda_trigger(&all);
+    let meta = &keda["spec"]["triggers"][0]["metadata"];
+    let metric = (metric_type.as_str(), query.as_str(), threshold);
     // An empty answer is an error that falls back to more pods, never a silent 0.
     assert_eq!(
         meta["ignoreNullValues"], "false",
@@ -755,14 +745,7 @@ fn the_keda_query_finds_the_pods_the_prometheus_operator_labels() {
     let all = examples();
     let deployment = doc(&all, "kubernetes/deployment.yaml", Some("Deployment"));
     let monitor = doc(&all, "kubernetes/podmonitor.yaml", Some("PodMonitor"));
-    let keda = doc(
-        &all,
-        "kubernetes/keda-scaledobject.yaml",
-        Some("ScaledObject"),
-    );
-    let query = keda["spec"]["triggers"][0]["metadata"]["query"]
-        .as_str()
-        .unwrap();
+    let (_, _, query, _, _) = keda_trigger(&all);
     // The container's lifeguard with its endpoint on, its app on --inflight-port.
     let port = free_port();
     let app_port = free_port().to_string();
@@ -789,7 +772,7 @@ fn the_keda_query_finds_the_pods_the_prometheus_operator_labels() {
     // The example's query, as KEDA sends it: a value, from exactly one series (KEDA
     // refuses an answer of several).
     let found = wait_until_patient(Duration::from_secs(30), || {
-        let path = format!("/api/v1/query?query={}", percent_encode(query));
+        let path = format!("/api/v1/query?query={}", percent_encode(&query));
         let (status, body) = request(server.port, "GET", &path).ok()?;
         let doc: Value = serde_json::from_str(&body).ok()?;
         let result = doc.pointer("/data/result")?.as_array()?.clone();

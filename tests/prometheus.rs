@@ -6,7 +6,7 @@ mod common;
 
 use std::process::{Command, Stdio};
 
-use common::prometheus::{tool, Server};
+use common::prometheus::Server;
 use common::*;
 
 /// lifeguard with its endpoint and in-flight counting on, supervising the testapp's web
@@ -32,7 +32,7 @@ fn start_observed() -> (Run, u16) {
 
 #[test]
 fn promtool_finds_nothing_wrong_with_the_exposition() {
-    let promtool = tool("promtool");
+    let promtool = installed("promtool");
     let (run, port) = start_observed();
     // Two samples, so the rates are there too.
     wait_until("a utilization sample", || {

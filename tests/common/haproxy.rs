@@ -12,15 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::free_port;
 
-pub fn installed(name: &str) -> PathBuf {
-    for dir in ["/usr/sbin", "/usr/bin", "/usr/local/bin", "/usr/local/sbin"] {
-        let path = PathBuf::from(dir).join(name);
-        if path.exists() {
-            return path;
-        }
-    }
-    panic!("THIS TEST CANNOT RUN: `{name}` is not installed (scripts/test.sh installs it)");
-}
+pub use super::installed;
 
 /// HAProxy on 127.0.0.1, killed on drop.
 pub struct Balancer {

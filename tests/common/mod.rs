@@ -354,6 +354,24 @@ pub fn orphans_skipped(mode: Mode) -> bool {
         )
 }
 
+/// A tool the tests run (HAProxy, Prometheus, promtool, tini...) from its Debian package,
+/// or a loud stop naming it.
+pub fn installed(name: &str) -> std::path::PathBuf {
+    for dir in [
+        "/usr/sbin",
+        "/usr/bin",
+        "/usr/local/bin",
+        "/usr/local/sbin",
+        "/bin",
+    ] {
+        let path = std::path::PathBuf::from(dir).join(name);
+        if path.exists() {
+            return path;
+        }
+    }
+    panic!("THIS TEST CANNOT RUN: `{name}` is not installed (scripts/test.sh installs it)");
+}
+
 /// Root is needed for PID namespaces and for cgroups; say so instead of passing.
 pub fn require_root() {
     // SAFETY: getuid has no preconditions.

@@ -4,18 +4,7 @@
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 
-use super::{free_port, request, wait_until};
-
-/// A Prometheus tool (`prometheus`, `promtool`) from its Debian package, or a loud stop.
-pub fn tool(name: &str) -> PathBuf {
-    for dir in ["/usr/bin", "/usr/local/bin", "/bin"] {
-        let path = PathBuf::from(dir).join(name);
-        if path.exists() {
-            return path;
-        }
-    }
-    panic!("THIS TEST CANNOT RUN: `{name}` is not installed (apt-get install prometheus; scripts/test.sh does it)");
-}
+use super::{free_port, installed, request, wait_until};
 
 /// A Prometheus server on 127.0.0.1 with a storage directory of its own, killed on drop.
 pub struct Server {
@@ -36,7 +25,7 @@ impl Server {
     /// With `scrape_configs` (YAML, each entry indented by two spaces) under a global
     /// scrape interval of 1 s.
     pub fn with_scrape_configs(scrape_configs: &str) -> Server {
-        let prometheus = tool("prometheus");
+        let prometheus = installed("prometheus");
         let dir = std::env::temp_dir().join(format!(
             "lifeguard-prometheus-{}-{}",
             std::process::id(),
