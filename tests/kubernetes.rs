@@ -443,6 +443,25 @@ fn the_restricted_check_refuses_what_the_profile_refuses() {
 }
 
 #[test]
+fn the_example_images_run_as_65534() {
+    // The restricted profile admits a container that runs as a non-zero uid; the
+    // images the examples build set it, in the stage that is the image.
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    for file in [
+        "Dockerfile.example",
+        "examples/docker/Dockerfile.scratch",
+        "examples/docker/Dockerfile.mirror",
+    ] {
+        let text = std::fs::read_to_string(root.join(file)).unwrap();
+        let last_stage = text.rsplit("\nFROM ").next().unwrap();
+        assert!(
+            last_stage.lines().any(|l| l.trim() == "USER 65534"),
+            "{file}: its image runs as root"
+        );
+    }
+}
+
+#[test]
 fn the_network_policy_admits_metrics_only_from_monitoring() {
     let all = examples();
     let deployment = doc(&all, "kubernetes/deployment.yaml", Some("Deployment"));
