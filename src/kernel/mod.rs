@@ -32,4 +32,4 @@ pub use signal_inbox::{
 };
 pub use stdio::{write_whole, QuickStderr};
 pub use terminal::{release_terminal, restore_terminal, stop_with_app, AppTerminal};
-pub use thread_sched::{Sched, ThreadSched};
+pub use thread_sched::{main_thread_of, Sched, ThreadSched};

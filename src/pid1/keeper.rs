@@ -213,6 +213,24 @@ impl Keeper {
         }
     }
 
+    /// The helper `tick` just called hung has a beating thread that waits for the CPU:
+    /// starved at the peak (its cgroup at its quota), not hung. A new process would wait
+    /// alike, spend the quota on starting and lose the sampler's state, so it is kept,
+    /// and gets another look's time from `now`. Nothing if `pid` is not the one just
+    /// called hung.
+    pub fn spare(&mut self, pid: i32, now: Instant) {
+        if let State::Killed {
+            pid: killed,
+            restart: Some(_),
+            at,
+        } = self.state
+        {
+            if killed == pid && at == now {
+                self.state = State::Up { pid, since: now };
+            }
+        }
+    }
+
     /// A killed helper not reaped within `REAP_WAIT` (stuck in uninterruptible sleep):
     /// it is left to linger, reaped whenever it dies, and a new one starts after the
     /// pause, unless too many linger already. None while there is no such helper.
@@ -374,6 +392,35 @@ mod tests {
                 tell: true
             }
         );
+    }
+
+    #[test]
+    fn a_starved_helper_is_spared_and_looked_at_again_a_hang_later() {
+        let t0 = Instant::now();
+        let mut k = Keeper::new(true, false, t0);
+        k.tick(None, t0, ZERO);
+        k.started(7, t0);
+        let silent = t0 + HUNG;
+        assert_eq!(
+            k.tick(Some(t0), silent, ZERO),
+            Some(Do::Kill {
+                pid: 7,
+                hung_for: Some(HUNG)
+            })
+        );
+        // Its beating thread waits to run: kept, and nothing more for a look's time.
+        k.spare(7, silent);
+        assert!(k.is_up());
+        assert_eq!(k.tick(Some(t0), silent + HUNG - ms(1), ZERO), None);
+        // Still silent then (and no longer spared): killed.
+        assert!(matches!(
+            k.tick(Some(t0), silent + HUNG, ZERO),
+            Some(Do::Kill { pid: 7, .. })
+        ));
+        // Another pid, or a later instant, spares nothing.
+        k.spare(8, silent + HUNG);
+        k.spare(7, silent + HUNG + ms(1));
+        assert!(!k.is_up());
     }
 
     #[test]

@@ -147,6 +147,8 @@ pub fn supervise(
         ready_retry: None,
         woke_late: Duration::ZERO,
         told_own_signal: false,
+        helper_sched: None,
+        spared_since: None,
     };
     // The helper process is forked by the loop keeper::FIRST_START after the app's
     // spawn: its start is off the app's way.

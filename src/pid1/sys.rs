@@ -43,6 +43,9 @@ pub trait Sys {
     fn start_helper(&mut self, board: &Board) -> io::Result<i32>;
     /// Makes the ready port listen (`open`) or refuse; only called on a change.
     fn set_ready_port(&mut self, open: bool) -> io::Result<()>;
+    /// The scheduling figures of the helper process `pid`'s main thread (the one that
+    /// beats), where this /proc can show them; None otherwise.
+    fn helper_sched(&self, pid: i32) -> Option<kernel::Sched>;
 }
 
 /// The real kernel. Owns the signal inbox and what a helper process runs.
@@ -131,5 +134,12 @@ impl Sys for Kernel {
             Some(port) => port.set(open).map(drop),
             None => Ok(()),
         }
+    }
+
+    fn helper_sched(&self, pid: i32) -> Option<kernel::Sched> {
+        // By pid only in lifeguard's own /proc; elsewhere the pid is another's.
+        (kernel::proc_view() == ProcView::Own)
+            .then(|| kernel::main_thread_of(pid))
+            .flatten()
     }
 }

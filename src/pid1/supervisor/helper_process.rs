@@ -18,7 +18,32 @@ impl<S: Sys> Supervisor<S> {
     pub(super) fn keep_the_helper(&mut self) {
         let now = Instant::now();
         let late = std::mem::take(&mut self.woke_late);
-        if let Some(what) = self.keeper.tick(self.board.last_beat(), now, late) {
+        let last_beat = self.board.last_beat();
+        if self
+            .spared_since
+            .is_some_and(|since| last_beat.is_some_and(|beat| beat > since))
+        {
+            // It beats again: the starved spell is over.
+            self.spared_since = None;
+        }
+        if let Some(what) = self.keeper.tick(last_beat, now, late) {
+            if let Do::Kill {
+                pid,
+                hung_for: Some(silent),
+            } = what
+            {
+                if self.helper_starved(pid) {
+                    self.keeper.spare(pid, now);
+                    if self.spared_since.is_none() {
+                        logging::notice(
+                            "the helper process has not beaten, but its thread waits for the CPU (starved at the quota, not hung): it goes on",
+                            &[("pid", &pid), ("silent_for", &crate::seconds::measured(silent))],
+                        );
+                    }
+                    self.spared_since = Some(now);
+                    return;
+                }
+            }
             self.keeper_do(what, now);
         }
         if let Some(stuck) = self.keeper.give_up_on_the_killed(now) {
@@ -31,6 +56,15 @@ impl<S: Sys> Supervisor<S> {
                 &[("pid", &stuck.pid)],
             );
         }
+    }
+
+    /// Whether the helper's beating thread is starved rather than hung
+    /// (`starved_not_hung`), from a reading now; false where /proc cannot show it.
+    fn helper_starved(&mut self, pid: i32) -> bool {
+        let Some(now) = self.sys.helper_sched(pid) else {
+            return false;
+        };
+        starved_not_hung(pid, self.helper_sched.replace((pid, now)), now)
     }
 
     pub(super) fn keeper_do(&mut self, what: Do, now: Instant) {
@@ -105,4 +139,20 @@ impl<S: Sys> Supervisor<S> {
             );
         }
     }
+}
+
+/// Starved, not hung: the thread is runnable (waiting for a CPU, as every thread of a
+/// cgroup at its quota does) and not spinning (less than a second of CPU since the last
+/// reading of the same helper's). Asleep, blocked, in uninterruptible sleep or stopped
+/// (SIGSTOP), it is hung (pure).
+pub(super) fn starved_not_hung(
+    pid: i32,
+    before: Option<(i32, crate::kernel::Sched)>,
+    now: crate::kernel::Sched,
+) -> bool {
+    let ran = match before {
+        Some((seen, before)) if seen == pid => now.ran.saturating_sub(before.ran),
+        _ => std::time::Duration::ZERO,
+    };
+    now.runnable && ran < std::time::Duration::from_secs(1)
 }

@@ -191,6 +191,9 @@ impl Sys for Fake {
         self.ready.push((open, self.sent.len()));
         Ok(())
     }
+    fn helper_sched(&self, _: i32) -> Option<crate::kernel::Sched> {
+        None
+    }
     fn start_helper(&mut self, board: &Board) -> io::Result<i32> {
         let pid = HELPER + self.forks.len() as i32;
         self.forks.push(pid);
@@ -295,6 +298,8 @@ fn run_on(
         ready_retry: None,
         woke_late: Duration::ZERO,
         told_own_signal: false,
+        helper_sched: None,
+        spared_since: None,
     };
     let code = supervisor.run();
     let fake = std::mem::take(&mut *fake.borrow_mut());
@@ -346,6 +351,9 @@ impl Sys for Shared {
     }
     fn stop_with_app(&mut self, app: i32) {
         self.0.borrow_mut().stop_with_app(app)
+    }
+    fn helper_sched(&self, pid: i32) -> Option<crate::kernel::Sched> {
+        self.0.borrow().helper_sched(pid)
     }
     fn start_helper(&mut self, board: &Board) -> io::Result<i32> {
         self.0.borrow_mut().start_helper(board)
@@ -596,4 +604,44 @@ fn a_failed_listen_tells_readiness_the_port_cannot_listen() {
     assert!(helper.ready_port_failing() && !helper.ready_port_open());
     board.set_ready_port(true);
     assert!(!helper.ready_port_failing() && helper.ready_port_open());
+}
+
+#[test]
+fn a_silent_helper_is_starved_only_while_its_thread_waits_to_run_without_spinning() {
+    use super::helper_process::starved_not_hung;
+    use crate::kernel::Sched;
+    let at = |ran_ms: u64, runnable: bool| Sched {
+        ran: Duration::from_millis(ran_ms),
+        waited: Duration::from_secs(9),
+        runnable,
+    };
+    for (before, now, starved, why) in [
+        (None, at(5, true), true, "waiting to run, first look"),
+        (
+            Some((7, at(5, true))),
+            at(11, true),
+            true,
+            "ran 6 ms in a look: starved",
+        ),
+        (
+            Some((7, at(5, true))),
+            at(1_500, true),
+            false,
+            "ran 1.5 s: spinning",
+        ),
+        (
+            Some((8, at(5, true))),
+            at(1_500, true),
+            true,
+            "another helper's figures say nothing",
+        ),
+        (
+            None,
+            at(5, false),
+            false,
+            "asleep, blocked or stopped: hung",
+        ),
+    ] {
+        assert_eq!(starved_not_hung(7, before, now), starved, "{why}");
+    }
 }
