@@ -636,7 +636,8 @@ fn settings(
 
 /// The grace under a plain container engine: `docker stop` and `podman stop` send
 /// SIGKILL 10 s after their SIGTERM, and lifeguard's own deadline should come first, so
-/// that its SIGKILL, its line and its exit code end the stop, not the engine's.
+/// that its SIGKILL, its line and its exit code end the stop, not the engine's. (The
+/// notice of `engine_defaults` names it as written: 9s.)
 const ENGINE_GRACE: std::time::Duration = std::time::Duration::from_secs(9);
 
 /// Under a plain container engine (Docker or Podman, and neither ECS's metadata
@@ -659,27 +660,26 @@ fn engine_defaults(
         return None;
     }
     let default = Some(ValueSource::DefaultValue);
-    let mut changed = Vec::new();
-    if sources.drain_delay == default {
+    let (delay, grace) = (sources.drain_delay == default, sources.grace == default);
+    if delay {
         cli.drain_delay = std::time::Duration::ZERO;
-        changed.push("--drain-delay 0 (no balancer routes to it by readiness)".to_string());
     }
-    if sources.grace == default {
+    if grace {
         cli.grace = ENGINE_GRACE;
-        changed.push(format!(
-            "--grace {} (ends before `{} stop`'s SIGKILL at 10s)",
-            crate::seconds::human(ENGINE_GRACE),
-            engine.command(),
-        ));
     }
-    (!changed.is_empty()).then(|| {
-        format!(
-            "defaults for a plain {} container (no ECS or Kubernetes variables): {}; give the \
-             flags (or their LIFEGUARD_* twins) to choose others",
-            engine.name(),
-            changed.join(", ")
-        )
-    })
+    let chosen = match (delay, grace) {
+        (true, true) => "--drain-delay 0, --grace 9s",
+        (true, false) => "--drain-delay 0",
+        (false, true) => "--grace 9s",
+        (false, false) => return None,
+    };
+    Some(format!(
+        "defaults for a plain {} container (no ECS or Kubernetes variables): {chosen}: \
+         nothing routes to it by readiness, and `{} stop` sends SIGKILL at 10s; give the \
+         flags (or their LIFEGUARD_* twins) to choose others",
+        engine.name(),
+        engine.command(),
+    ))
 }
 
 /// Warnings for `LIFEGUARD_*` variables in `names` that lifeguard does not know (a

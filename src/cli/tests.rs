@@ -293,7 +293,7 @@ fn a_plain_container_engine_gets_defaults_that_fit_its_stop() {
         notice.contains("plain Docker container")
             && notice.contains("--drain-delay 0")
             && notice.contains("--grace 9s")
-            && notice.contains("`docker stop`'s SIGKILL at 10s"),
+            && notice.contains("`docker stop` sends SIGKILL at 10s"),
         "{notice}"
     );
     // Through clap too (a variable sends the line there), and for Podman.
@@ -307,6 +307,11 @@ fn a_plain_container_engine_gets_defaults_that_fit_its_stop() {
         podman.notices[0].contains("`podman stop`"),
         "{:?}",
         podman.notices
+    );
+    assert_eq!(
+        crate::seconds::human(s9).to_string(),
+        "9s",
+        "the notice's figure"
     );
     // Given values stay (flags here; their variables in tests/container.rs, as clap
     // reads them from the process's environment); the notice names only what it chose.

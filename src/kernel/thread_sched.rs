@@ -56,19 +56,17 @@ impl ThreadSched {
     }
 }
 
-/// The figures of process `pid`'s main thread (its thread id is the pid), read once,
-/// by pid in this /proc: for supervision, whose helper process's beating thread is its
-/// main one. The caller makes sure /proc is its own namespace's (kernel::proc_view), or
-/// the pid names another process.
+/// The figures of process `pid`'s main thread (its thread id is the pid), by pid in
+/// this /proc: for supervision, whose helper process's beating thread is its main one.
+/// The caller makes sure /proc is its own namespace's (kernel::proc_view), or the pid
+/// names another process.
 pub fn main_thread_of(pid: i32) -> Option<Sched> {
-    let read = |file: &str| std::fs::read(format!("/proc/{pid}/task/{pid}/{file}")).ok();
-    let (ran, waited) = parse_schedstat(&read("schedstat")?)?;
-    let state = parse_state(&read("stat")?)?;
-    Some(Sched {
-        ran,
-        waited,
-        runnable: state == b'R',
-    })
+    let open = |file: &str| File::open(format!("/proc/{pid}/task/{pid}/{file}")).ok();
+    ThreadSched {
+        stat: open("stat")?,
+        schedstat: open("schedstat")?,
+    }
+    .read()
 }
 
 /// `schedstat`: nanoseconds run, nanoseconds waited on a run queue, time slices (decimal
