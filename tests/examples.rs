@@ -910,7 +910,17 @@ fn lifeguard_words(v: &Value, flags: &mut Vec<String>, twins: &mut Vec<String>) 
             }
         }
         Value::Object(map) => {
+            // An entry point that ends its own flags with `--` (compose's `entrypoint`,
+            // ECS's `entryPoint`) makes `command` the app's arguments.
+            let app_command = ["entrypoint", "entryPoint"].iter().any(|k| {
+                map.get(*k)
+                    .and_then(Value::as_array)
+                    .is_some_and(|a| a.iter().any(|w| w == "--"))
+            });
             for (key, value) in map {
+                if app_command && key == "command" {
+                    continue;
+                }
                 for name in [Some(key.as_str()), value.as_str().filter(|_| key == "name")] {
                     if let Some(name) = name.filter(|n| n.starts_with("LIFEGUARD_")) {
                         twins.push(name.to_string());
