@@ -63,7 +63,10 @@ def main():
         for m in metrics
     ]
 
-    now = dt.datetime.now(dt.timezone.utc)
+    # Whole seconds: moto counts a query's 1-second periods from its StartTime, and
+    # CloudWatch's own buckets start on whole seconds; a StartTime of .031 would put a
+    # datum sent at .010 past the second into the period before the one the tests look in.
+    now = dt.datetime.now(dt.timezone.utc).replace(microsecond=0)
     stats = []
     for m in metrics:
         r = cw.get_metric_statistics(
