@@ -143,8 +143,14 @@ fn main() {
     }
     let server = http_addr.map(|addr| web::Server::start(&addr, keep_alive));
     let held: Vec<u8> = hold(hold_mb);
+    // The spinners wait at a gate until all are made: in a small CPU quota each one
+    // spinning while the next is made would leave the main thread 1/N of the quota,
+    // and 300 of them take longer to make than a test waits for "ready".
+    let gate = std::sync::Arc::new(std::sync::Barrier::new(burn + 1));
     for _ in 0..burn {
-        std::thread::spawn(|| {
+        let gate = gate.clone();
+        std::thread::spawn(move || {
+            gate.wait();
             let mut x = 0u64;
             loop {
                 x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
@@ -152,6 +158,9 @@ fn main() {
         });
     }
     say("ready");
+    if burn > 0 {
+        gate.wait();
+    }
     if spew > 0 {
         std::thread::spawn(move || {
             use std::io::Write;
