@@ -204,6 +204,22 @@ pub enum Sink {
     Api,
     /// EMF records to the agent at `AWS_EMF_AGENT_ENDPOINT`, or to stdout.
     Emf(Option<Agent>),
+    /// OTLP/HTTP protobuf to an OpenTelemetry collector.
+    Otlp(Otlp),
+}
+
+/// `METRICS_SINK=otlp`: where and how, from the OpenTelemetry SDK's own variables.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Otlp {
+    /// The full URL requests go to (`…/v1/metrics`).
+    pub endpoint: hyper::Uri,
+    /// Extra request headers (`OTEL_EXPORTER_OTLP_HEADERS`), values decoded.
+    pub headers: Vec<(String, String)>,
+    /// `OTEL_EXPORTER_OTLP_TIMEOUT`; the publisher's own bound applies too.
+    pub timeout: Duration,
+    /// The resource attributes the user gave (`OTEL_RESOURCE_ATTRIBUTES`, with
+    /// `OTEL_SERVICE_NAME` as `service.name`): they win over what lifeguard learns.
+    pub resource: Vec<(String, String)>,
 }
 
 /// The CloudWatch agent's EMF listener, as AWS's embedded-metrics libraries name it:

@@ -118,11 +118,12 @@ pub(super) struct Cli {
 
     /// With METRICS_NAMESPACE: api = PutMetricData through the AWS SDK; emf = Embedded
     /// Metric Format records to the CloudWatch agent at AWS_EMF_AGENT_ENDPOINT, else on
-    /// stdout for the log driver (no credentials, no AWS call)
+    /// stdout for the log driver (no credentials, no AWS call). otlp = OTLP/HTTP protobuf
+    /// to the collector the OTEL_EXPORTER_OTLP_* variables name (no namespace needed)
     #[arg(
         long,
         env = "METRICS_SINK",
-        value_name = "api|emf",
+        value_name = "api|emf|otlp",
         value_enum,
         default_value = "api",
         ignore_case = true

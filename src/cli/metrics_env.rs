@@ -26,20 +26,28 @@ pub enum SinkKind {
     /// Embedded Metric Format log records: to the CloudWatch agent, or on stdout for
     /// the log driver (no credentials, no AWS call).
     Emf,
+    /// OTLP/HTTP protobuf to an OpenTelemetry collector, configured by the
+    /// OpenTelemetry SDK's own variables (`OTEL_EXPORTER_OTLP_*`).
+    Otlp,
 }
 
-/// Reads the contract; `Ok(None)` when publishing is off (no namespace).
+/// Reads the contract; `Ok(None)` when publishing is off (no namespace, and not OTLP,
+/// which needs none: `METRICS_SINK=otlp` alone turns it on).
 pub fn from_env(
     lookup: &impl Fn(&str) -> Option<String>,
     sink: SinkKind,
 ) -> Result<Option<Config>, String> {
-    let Some(namespace) = lookup("METRICS_NAMESPACE").filter(|n| !n.trim().is_empty()) else {
+    let otlp = sink == SinkKind::Otlp;
+    let namespace = lookup("METRICS_NAMESPACE").filter(|n| !n.trim().is_empty());
+    if namespace.is_none() && !otlp {
         return Ok(None);
-    };
+    }
     let set = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+    // OTLP sends every figure, with the resource's attributes for dimensions: the
+    // CloudWatch-only variables are ignored there (and said to be, by `ignored`).
     let extra = match set("METRICS_EXTRA") {
-        Some(text) => extra_of(&text)?,
-        None => Vec::new(),
+        Some(text) if !otlp => extra_of(&text)?,
+        _ => Vec::new(),
     };
     Ok(Some(Config {
         sink: match sink {
@@ -48,15 +56,27 @@ pub fn from_env(
                 Some(text) => Some(agent_of(&text)?),
                 None => None,
             }),
+            SinkKind::Otlp => Sink::Otlp(super::otel_env::from_env(lookup)?),
         },
-        namespace: namespace_of(namespace.trim())?,
-        interval: match set("METRICS_INTERVAL") {
-            Some(text) => interval_of(&text)?,
-            None => DEFAULT_INTERVAL,
+        namespace: match namespace {
+            Some(namespace) if !otlp => namespace_of(namespace.trim())?,
+            _ => String::new(),
+        },
+        // OpenTelemetry's own interval variable wins for OTLP; lifeguard's default (10 s,
+        // not the SDK's 60 s) holds for every sink: fresh figures are the point.
+        interval: match (
+            otlp.then(|| super::otel_env::interval(lookup))
+                .transpose()?
+                .flatten(),
+            set("METRICS_INTERVAL"),
+        ) {
+            (Some(interval), _) => interval,
+            (None, Some(text)) => interval_of(&text)?,
+            (None, None) => DEFAULT_INTERVAL,
         },
         dimensions: match set("METRICS_DIMENSIONS") {
-            Some(text) => dimensions_of(&text)?,
-            None => Vec::new(),
+            Some(text) if !otlp => dimensions_of(&text)?,
+            _ => Vec::new(),
         },
         burst_threshold: match set("METRICS_BURST_THRESHOLD") {
             Some(text) => threshold_of(&text)?,
@@ -70,19 +90,27 @@ pub fn from_env(
 /// The METRICS_* variables set while METRICS_NAMESPACE is not: publishing is off, so
 /// they are ignored, and said to be (a warning, not a refusal: a platform may set them
 /// for every task, publishing or not, and an unused value must not fail a deploy).
-pub fn ignored(lookup: &impl Fn(&str) -> Option<String>) -> Vec<&'static str> {
-    if lookup("METRICS_NAMESPACE").is_some_and(|n| !n.trim().is_empty()) {
+///
+/// Under `METRICS_SINK=otlp` publishing needs no namespace; there the CloudWatch-only
+/// variables are the ignored ones.
+pub fn ignored(lookup: &impl Fn(&str) -> Option<String>, sink: SinkKind) -> Vec<&'static str> {
+    let names: &[&'static str] = if sink == SinkKind::Otlp {
+        &["METRICS_NAMESPACE", "METRICS_DIMENSIONS", "METRICS_EXTRA"]
+    } else if lookup("METRICS_NAMESPACE").is_some_and(|n| !n.trim().is_empty()) {
         return Vec::new();
-    }
-    [
-        "METRICS_INTERVAL",
-        "METRICS_DIMENSIONS",
-        "METRICS_BURST_THRESHOLD",
-        "METRICS_EXTRA",
-    ]
-    .into_iter()
-    .filter(|name| lookup(name).is_some_and(|v| !v.trim().is_empty()))
-    .collect()
+    } else {
+        &[
+            "METRICS_INTERVAL",
+            "METRICS_DIMENSIONS",
+            "METRICS_BURST_THRESHOLD",
+            "METRICS_EXTRA",
+        ]
+    };
+    names
+        .iter()
+        .copied()
+        .filter(|name| lookup(name).is_some_and(|v| !v.trim().is_empty()))
+        .collect()
 }
 
 /// CloudWatch's rule: 1-255 characters of letters, digits and `. - _ / # :` (and
@@ -200,6 +228,7 @@ mod tests {
             .collect();
         let sink = match env.get("METRICS_SINK").map(String::as_str) {
             Some("emf") => SinkKind::Emf,
+            Some("otlp") => SinkKind::Otlp,
             _ => SinkKind::Api,
         };
         from_env(&|name: &str| env.get(name).cloned(), sink)
@@ -290,17 +319,57 @@ mod tests {
             }
         };
         assert_eq!(
-            ignored(&env(&[
-                ("METRICS_INTERVAL", "abc"),
-                ("METRICS_DIMENSIONS", "")
-            ])),
+            ignored(
+                &env(&[("METRICS_INTERVAL", "abc"), ("METRICS_DIMENSIONS", "")]),
+                SinkKind::Api
+            ),
             vec!["METRICS_INTERVAL"]
         );
-        assert!(ignored(&env(&[
-            ("METRICS_NAMESPACE", "a/b"),
-            ("METRICS_INTERVAL", "30")
-        ]))
+        assert!(ignored(
+            &env(&[("METRICS_NAMESPACE", "a/b"), ("METRICS_INTERVAL", "30")]),
+            SinkKind::Api
+        )
         .is_empty());
+        // OTLP needs no namespace; its interval and burst threshold count, the
+        // CloudWatch-only ones do not.
+        assert_eq!(
+            ignored(
+                &env(&[
+                    ("METRICS_NAMESPACE", "a/b"),
+                    ("METRICS_INTERVAL", "30"),
+                    ("METRICS_DIMENSIONS", "A=1")
+                ]),
+                SinkKind::Otlp
+            ),
+            vec!["METRICS_NAMESPACE", "METRICS_DIMENSIONS"]
+        );
+    }
+
+    #[test]
+    fn otlp_needs_no_namespace_and_takes_opentelemetrys_interval() {
+        let c = read(&[("METRICS_SINK", "otlp")]).unwrap().unwrap();
+        assert!(matches!(c.sink, Sink::Otlp(_)), "{c:?}");
+        assert_eq!(c.interval, Duration::from_secs(10), "lifeguard's default");
+        let c = read(&[
+            ("METRICS_SINK", "otlp"),
+            ("METRICS_INTERVAL", "30"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "5000"),
+            ("METRICS_NAMESPACE", "not/used"),
+            ("METRICS_DIMENSIONS", "not used either"),
+            ("METRICS_BURST_THRESHOLD", "40"),
+        ])
+        .unwrap()
+        .unwrap();
+        assert_eq!(c.interval, Duration::from_secs(5));
+        assert_eq!((c.namespace.as_str(), c.dimensions.len()), ("", 0));
+        assert_eq!(c.burst_threshold, Some(40));
+        let c = read(&[("METRICS_SINK", "otlp"), ("METRICS_INTERVAL", "2")]);
+        assert_eq!(c.unwrap().unwrap().interval, Duration::from_secs(2));
+        let err = read(&[
+            ("METRICS_SINK", "otlp"),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "1s"),
+        ]);
+        assert!(err.unwrap_err().contains("OTEL_METRIC_EXPORT_INTERVAL"));
     }
 
     #[test]

@@ -31,6 +31,7 @@ mod compat;
 mod fast;
 mod flags;
 mod metrics_env;
+mod otel_env;
 mod values;
 
 use compat::log_level;
@@ -532,12 +533,20 @@ fn settings(
     };
     // Settings that are ignored, said once the log is set up (none to a probe).
     let mut warnings = Vec::new();
-    let ignored = metrics_env::ignored(lookup);
+    let ignored = metrics_env::ignored(lookup, cli.metrics_sink);
     if !ignored.is_empty() && probe.is_none() {
-        warnings.push(format!(
-            "{} ignored: CloudWatch publishing is off without METRICS_NAMESPACE",
-            ignored.join(", ")
-        ));
+        warnings.push(if cli.metrics_sink == SinkKind::Otlp {
+            format!(
+                "{} ignored: METRICS_SINK=otlp sends every figure, and names the resource by \
+                 OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES",
+                ignored.join(", ")
+            )
+        } else {
+            format!(
+                "{} ignored: CloudWatch publishing is off without METRICS_NAMESPACE",
+                ignored.join(", ")
+            )
+        });
     }
     warnings.extend(protection_warning);
     if probe.is_none() {

@@ -83,6 +83,22 @@ pub async fn request(
     json: Option<String>,
     max_body: usize,
 ) -> Result<(u16, String), String> {
+    let content_type = json.is_some().then_some("application/json");
+    let body = Bytes::from(json.unwrap_or_default());
+    let (status, body) = send(method, uri, content_type, &[], body, max_body).await?;
+    Ok((status, String::from_utf8_lossy(&body).trim().to_string()))
+}
+
+/// Sends `method` to `uri` with `body` (of `content_type`, if any) and `headers`, and
+/// keeps at most `max_body` bytes of the answer, as they came.
+pub async fn send(
+    method: hyper::Method,
+    uri: &Uri,
+    content_type: Option<&str>,
+    headers: &[(String, String)],
+    body: Bytes,
+    max_body: usize,
+) -> Result<(u16, Bytes), String> {
     let host = uri.host().ok_or_else(|| format!("{uri} has no host"))?;
     let port = uri.port_u16().unwrap_or(80);
     let stream = connect(host, port).await?;
@@ -103,11 +119,14 @@ pub async fn request(
             hyper::header::USER_AGENT,
             concat!("lifeguard/", env!("CARGO_PKG_VERSION")),
         );
-    if json.is_some() {
-        request = request.header(hyper::header::CONTENT_TYPE, "application/json");
+    if let Some(content_type) = content_type {
+        request = request.header(hyper::header::CONTENT_TYPE, content_type);
+    }
+    for (name, value) in headers {
+        request = request.header(name.as_str(), value.as_str());
     }
     let request = request
-        .body(Full::new(Bytes::from(json.unwrap_or_default())))
+        .body(Full::new(body))
         .map_err(|e| format!("{uri}: {e}"))?;
     let response = sender
         .send_request(request)
@@ -117,7 +136,7 @@ pub async fn request(
     let body = Limited::new(response.into_body(), max_body)
         .collect()
         .await
-        .map(|b| String::from_utf8_lossy(&b.to_bytes()).trim().to_string())
+        .map(|b| b.to_bytes())
         .map_err(|e| format!("{method} {uri}: reading the answer: {e}"))?;
     Ok((status, body))
 }

@@ -9,6 +9,7 @@ pub mod ecs_agent;
 pub mod examples;
 pub mod haproxy;
 pub mod netns;
+pub mod otlp;
 pub mod prometheus;
 pub mod task;
 

@@ -1,5 +1,6 @@
 //! High-resolution CloudWatch metrics for fast ECS scaling: the publisher, on
-//! a thread of its own, fed by the sampler's 1-second samples.
+//! a thread of its own, fed by the sampler's 1-second samples. Its third way out, OTLP
+//! to any OpenTelemetry collector, lives in helper/otlp/ and keeps the same timing.
 //!
 //! - `plan`: when to publish and what (pure)
 //! - `client`: PutMetricData through the AWS SDK (the cargo feature `cloudwatch-api`)
@@ -77,6 +78,7 @@ impl FailureLog {
             what: match sink {
                 Sink::Api => "CloudWatch PutMetricData",
                 Sink::Emf(_) => "sending EMF records to the CloudWatch agent",
+                Sink::Otlp(_) => "OTLP export to the collector",
             },
             ..FailureLog::default()
         }
@@ -93,7 +95,8 @@ impl FailureLog {
                 Some((
                     false,
                     format!(
-                        "CloudWatch publishing works again, after {failed} failed calls in {}s",
+                        "{} works again, after {failed} failed calls in {}s",
+                        self.what,
                         now.saturating_duration_since(since).as_secs()
                     ),
                 ))
@@ -220,11 +223,18 @@ impl Drop for Running {
 /// names), so the SDK never shares the app check's. A panic inside the SDK or the
 /// publisher unwinds this helper alone, which starts again (helper/threads.rs), never
 /// supervision.
-pub fn start(config: Config, desk: Arc<Desk>) -> Option<Handle> {
+///
+/// `ecs_metadata`: the task metadata endpoint, which names the task for OTLP's resource.
+pub fn start(config: Config, ecs_metadata: Option<String>, desk: Arc<Desk>) -> Option<Handle> {
     desk.counters.cloudwatch_on();
     let (handle, stopper) = handle();
     let started = threads::start(Helper::CloudWatch, true, move || {
-        run(config.clone(), desk.clone(), stopper.clone())
+        run(
+            config.clone(),
+            ecs_metadata.clone(),
+            desk.clone(),
+            stopper.clone(),
+        )
     });
     match started {
         Ok(()) => Some(handle),
@@ -236,14 +246,14 @@ pub fn start(config: Config, desk: Arc<Desk>) -> Option<Handle> {
 }
 
 /// Connects and publishes until told to flush.
-async fn run(config: Config, desk: Arc<Desk>, stopper: Stopper) {
+async fn run(config: Config, ecs_metadata: Option<String>, desk: Arc<Desk>, stopper: Stopper) {
     let Stopper {
         stop,
         done,
         running,
     } = stopper;
     let _running = Running::new(running);
-    match connect(&config).await {
+    match connect(&config, ecs_metadata.as_deref(), &desk).await {
         Ok(put) => {
             desk.counters.cloudwatch_publishing(true);
             let _off = Publishing(desk.clone());
@@ -255,8 +265,19 @@ async fn run(config: Config, desk: Arc<Desk>, stopper: Stopper) {
 }
 
 /// The way to CloudWatch the configuration names.
-async fn connect(config: &Config) -> Result<Arc<dyn Put>, String> {
+async fn connect(
+    config: &Config,
+    ecs_metadata: Option<&str>,
+    desk: &Arc<Desk>,
+) -> Result<Arc<dyn Put>, String> {
     match &config.sink {
+        Sink::Otlp(otlp) => {
+            let timeout = operation_timeout(config.interval);
+            let exporter =
+                crate::helper::otlp::Exporter::connect(otlp, desk.clone(), ecs_metadata, timeout)
+                    .await;
+            Ok(Arc::new(exporter) as Arc<dyn Put>)
+        }
         Sink::Emf(agent) => {
             let timeout = operation_timeout(config.interval);
             emf_writer::EmfSink::start(config, agent.clone(), timeout)
@@ -281,13 +302,17 @@ async fn publish(
     put: Arc<dyn Put>,
     stop: Arc<tokio::sync::Notify>,
 ) {
-    logging::info(
-        "CloudWatch publishing",
-        &[
-            ("namespace", &config.namespace),
-            ("interval", &crate::seconds::human(config.interval)),
-        ],
-    );
+    let interval = crate::seconds::human(config.interval);
+    match &config.sink {
+        Sink::Otlp(otlp) => logging::info(
+            "OTLP export",
+            &[("endpoint", &otlp.endpoint), ("interval", &interval)],
+        ),
+        _ => logging::info(
+            "CloudWatch publishing",
+            &[("namespace", &config.namespace), ("interval", &interval)],
+        ),
+    }
     let mut plan = Plan::new(config.interval, config.burst_threshold, Instant::now())
         .with_oldest_request_age(config.oldest_request_age)
         .with_scale_in_protected(config.scale_in_protected);

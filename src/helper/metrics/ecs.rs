@@ -50,6 +50,51 @@ pub fn parse_task(body: &str) -> Result<TaskLimits, String> {
     })
 }
 
+/// The task as OpenTelemetry's resource conventions name it (cloud.*, aws.ecs.*), from
+/// the `/task` document: the region and account from the task's ARN, the cluster's ARN
+/// built from them where EC2 gives a bare name, the launch type in lower case.
+pub fn parse_identity(body: &str) -> Result<Vec<(&'static str, String)>, String> {
+    let doc: Value = serde_json::from_str(body).map_err(|e| format!("not JSON: {e}"))?;
+    let text = |name: &str| doc.get(name).and_then(Value::as_str).map(str::to_string);
+    let task = text("TaskARN").ok_or("no TaskARN")?;
+    // arn:PARTITION:ecs:REGION:ACCOUNT:task/CLUSTER/ID
+    let parts: Vec<&str> = task.splitn(6, ':').collect();
+    let [_, partition, _, region, account, _] = parts[..] else {
+        return Err(format!("TaskARN '{task}' is not an ARN"));
+    };
+    let mut out = vec![
+        ("cloud.provider", "aws".to_string()),
+        ("cloud.platform", "aws_ecs".to_string()),
+        ("cloud.region", region.to_string()),
+        ("cloud.account.id", account.to_string()),
+    ];
+    if let Some(zone) = text("AvailabilityZone") {
+        out.push(("cloud.availability_zone", zone));
+    }
+    if let Some(cluster) = text("Cluster") {
+        let arn = if cluster.starts_with("arn:") {
+            cluster
+        } else {
+            format!("arn:{partition}:ecs:{region}:{account}:cluster/{cluster}")
+        };
+        out.push(("aws.ecs.cluster.arn", arn));
+    }
+    if let Some(id) = task.rsplit('/').next() {
+        out.push(("aws.ecs.task.id", id.to_string()));
+    }
+    out.push(("aws.ecs.task.arn", task.clone()));
+    if let Some(family) = text("Family") {
+        out.push(("aws.ecs.task.family", family));
+    }
+    if let Some(revision) = text("Revision") {
+        out.push(("aws.ecs.task.revision", revision));
+    }
+    if let Some(launch) = text("LaunchType") {
+        out.push(("aws.ecs.launchtype", launch.to_ascii_lowercase()));
+    }
+    Ok(out)
+}
+
 /// Parses the `/task/stats` document: container id → Docker stats (or `null`).
 pub fn parse_task_stats(body: &str) -> Result<TaskUsage, String> {
     let doc: Value = serde_json::from_str(body).map_err(|e| format!("not JSON: {e}"))?;
@@ -107,6 +152,10 @@ impl Client {
 
     pub async fn limits(&self) -> Result<TaskLimits, String> {
         parse_task(&self.fetch("/task").await?)
+    }
+
+    pub async fn identity(&self) -> Result<Vec<(&'static str, String)>, String> {
+        parse_identity(&self.fetch("/task").await?)
     }
 
     pub async fn usage(&self) -> Result<TaskUsage, String> {
@@ -182,6 +231,38 @@ mod tests {
             parse_task(r#"{"Limits":{"CPU":0,"Memory":"lots"}}"#),
             Ok(TaskLimits::default())
         );
+    }
+
+    #[test]
+    fn the_task_as_opentelemetry_names_it() {
+        let found = parse_identity(TASK).unwrap();
+        let get = |k: &str| found.iter().find(|(n, _)| *n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("cloud.platform"), Some("aws_ecs"));
+        assert_eq!(get("cloud.region"), Some("us-west-2"));
+        assert_eq!(get("cloud.account.id"), Some("111122223333"));
+        assert_eq!(get("cloud.availability_zone"), Some("us-west-2d"));
+        assert_eq!(
+            get("aws.ecs.cluster.arn"),
+            Some("arn:aws:ecs:us-west-2:111122223333:cluster/default")
+        );
+        assert_eq!(
+            get("aws.ecs.task.id"),
+            Some("158d1c8083dd49d6b527399fd6414f5c")
+        );
+        assert_eq!(get("aws.ecs.task.family"), Some("curltest"));
+        assert_eq!(get("aws.ecs.task.revision"), Some("26"));
+        assert_eq!(get("aws.ecs.launchtype"), Some("fargate"));
+        // EC2 names the cluster bare: its ARN is built from the task's.
+        let ec2 = r#"{"Cluster":"prod","TaskARN":"arn:aws-cn:ecs:cn-north-1:1:task/prod/ab","LaunchType":"EC2"}"#;
+        let found = parse_identity(ec2).unwrap();
+        assert!(found.contains(&(
+            "aws.ecs.cluster.arn",
+            "arn:aws-cn:ecs:cn-north-1:1:cluster/prod".into()
+        )));
+        assert!(found.contains(&("aws.ecs.launchtype", "ec2".into())));
+        for bad in ["{}", r#"{"TaskARN":"task/1"}"#, "[]", "x"] {
+            assert!(parse_identity(bad).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -12,8 +12,8 @@ use std::fmt::Write as _;
 use super::inflight::RESPONSE_BUCKETS;
 use crate::helper::desk::Snapshot;
 
-#[derive(Clone, Copy)]
-enum Kind {
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
     Gauge,
     Counter,
     /// Points named `_bucket` (with `le`), `_sum` and `_count`.
@@ -22,7 +22,7 @@ enum Kind {
 
 /// A sample's suffix to the family's name (a histogram's `_bucket`, `_sum`, `_count`;
 /// empty for the others), its labels and value.
-type Point = (&'static str, Vec<(&'static str, String)>, f64);
+pub type Point = (&'static str, Vec<(&'static str, String)>, f64);
 
 struct Family {
     name: &'static str,
@@ -326,14 +326,33 @@ const FAMILIES: &[Family] = &[
     },
 ];
 
+/// One family as read from a snapshot, for the other ways out (OTLP): the same table,
+/// so every figure has one name and one meaning wherever it goes.
+pub struct Read {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub help: &'static str,
+    pub points: Vec<Point>,
+}
+
+/// Every family with points in `snapshot`, in the table's order.
+pub fn families(snapshot: &Snapshot) -> impl Iterator<Item = Read> + '_ {
+    FAMILIES.iter().filter_map(move |family| {
+        let points = (family.read)(snapshot);
+        (!points.is_empty()).then_some(Read {
+            name: family.name,
+            kind: family.kind,
+            help: family.help,
+            points,
+        })
+    })
+}
+
 /// The whole exposition.
 pub fn encode(snapshot: &Snapshot) -> String {
     let mut out = String::with_capacity(4096);
-    for family in FAMILIES {
-        let points = (family.read)(snapshot);
-        if points.is_empty() {
-            continue;
-        }
+    for family in families(snapshot) {
+        let points = family.points;
         let kind = match family.kind {
             Kind::Gauge => "gauge",
             Kind::Counter => "counter",

@@ -1,0 +1,333 @@
+//! The OpenTelemetry SDK's own variables, as `METRICS_SINK=otlp` reads them
+//! (opentelemetry-specification, "OTLP Exporter Configuration" and "Environment Variable
+//! Specification"), into `settings::Otlp`.
+//!
+//! One departure from the specification, on purpose: it asks an SDK to warn about an
+//! unusable value and go on with the default; lifeguard refuses to start instead,
+//! naming the variable and the form it takes, as it does for its own variables — a typo
+//! in a task definition should fail the deploy, not publish nothing for months.
+#![forbid(unsafe_code)]
+
+use std::time::Duration;
+
+use crate::settings::Otlp;
+
+/// Where an OpenTelemetry SDK sends metrics when nothing is set.
+pub const DEFAULT_ENDPOINT: &str = "http://localhost:4318/v1/metrics";
+/// `OTEL_EXPORTER_OTLP_TIMEOUT`'s default, 10 s.
+const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Reads the variables; an error names the variable and the accepted form.
+pub fn from_env(lookup: &impl Fn(&str) -> Option<String>) -> Result<Otlp, String> {
+    let set = |name: &str| lookup(name).filter(|v| !v.trim().is_empty());
+    // The metrics-only variable wins over the general one, whole (not merged key by key).
+    let either = |general: &'static str, metrics: &'static str| {
+        set(metrics)
+            .map(|v| (metrics, v))
+            .or_else(|| set(general).map(|v| (general, v)))
+    };
+    if let Some((name, protocol)) = either(
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+    ) {
+        match protocol.trim() {
+            "http/protobuf" => {}
+            "grpc" | "http/json" => {
+                return Err(format!(
+                    "{name}={protocol}: lifeguard sends OTLP as http/protobuf only (no gRPC, no \
+                     JSON); point OTEL_EXPORTER_OTLP_METRICS_ENDPOINT at the collector's \
+                     OTLP/HTTP port (4318) and set {name}=http/protobuf"
+                ))
+            }
+            _ => {
+                return Err(format!(
+                    "{name} '{protocol}' cannot be used: expected http/protobuf (grpc and \
+                     http/json are not offered)"
+                ))
+            }
+        }
+    }
+    let endpoint = match (
+        set("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
+        set("OTEL_EXPORTER_OTLP_ENDPOINT"),
+    ) {
+        // The signal's own URL is used as it is; the general one is a base that
+        // `v1/metrics` is added to (the specification's rule).
+        (Some(url), _) => endpoint_of("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", url.trim())?,
+        (None, Some(base)) => {
+            let full = format!("{}/v1/metrics", base.trim().trim_end_matches('/'));
+            endpoint_of("OTEL_EXPORTER_OTLP_ENDPOINT", &full)?
+        }
+        (None, None) => endpoint_of("", DEFAULT_ENDPOINT)?,
+    };
+    let headers = match either(
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+    ) {
+        Some((name, text)) => headers_of(name, &text)?,
+        None => Vec::new(),
+    };
+    let timeout = match either(
+        "OTEL_EXPORTER_OTLP_TIMEOUT",
+        "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
+    ) {
+        Some((name, text)) => match text.trim().parse::<u64>() {
+            Ok(ms) if ms > 0 => Duration::from_millis(ms),
+            _ => {
+                return Err(format!(
+                    "{name} '{text}' cannot be used: expected milliseconds, a whole number above 0, like 10000"
+                ))
+            }
+        },
+        None => DEFAULT_TIMEOUT,
+    };
+    let mut resource = match set("OTEL_RESOURCE_ATTRIBUTES") {
+        Some(text) => pairs_of("OTEL_RESOURCE_ATTRIBUTES", &text, |_| true)?,
+        None => Vec::new(),
+    };
+    if let Some(name) = set("OTEL_SERVICE_NAME") {
+        resource.retain(|(k, _)| k != "service.name");
+        resource.push(("service.name".into(), name.trim().to_string()));
+    }
+    Ok(Otlp {
+        endpoint,
+        headers,
+        timeout,
+        resource,
+    })
+}
+
+/// `OTEL_METRIC_EXPORT_INTERVAL`: milliseconds, from 1000 (the publisher's floor, as
+/// `METRICS_INTERVAL`'s) to a day.
+pub fn interval(lookup: &impl Fn(&str) -> Option<String>) -> Result<Option<Duration>, String> {
+    let Some(text) = lookup("OTEL_METRIC_EXPORT_INTERVAL").filter(|v| !v.trim().is_empty()) else {
+        return Ok(None);
+    };
+    match text.trim().parse::<u64>() {
+        Ok(ms) if (1_000..=86_400_000).contains(&ms) => Ok(Some(Duration::from_millis(ms))),
+        _ => Err(format!(
+            "OTEL_METRIC_EXPORT_INTERVAL '{text}' cannot be used: expected milliseconds from 1000 to 86400000, like 10000"
+        )),
+    }
+}
+
+fn endpoint_of(name: &str, url: &str) -> Result<hyper::Uri, String> {
+    let form = "expected an http:// URL, like http://collector:4318/v1/metrics";
+    let uri: hyper::Uri = url
+        .parse()
+        .map_err(|_| format!("{name} '{url}' cannot be used: {form}"))?;
+    match uri.scheme_str() {
+        Some("http") if uri.host().is_some_and(|h| !h.is_empty()) => Ok(uri),
+        Some("https") => Err(format!(
+            "{name} '{url}': https is not offered yet: send to a collector's http:// endpoint \
+             (a sidecar or the node's agent), which forwards over TLS"
+        )),
+        _ => Err(format!("{name} '{url}' cannot be used: {form}")),
+    }
+}
+
+/// `%XX` escapes decoded (the W3C Baggage form the specification names for these lists).
+fn percent_decoded(text: &str) -> Option<String> {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// `key=value,key=value`, values percent-decoded; `key_ok` judges each key.
+fn pairs_of(
+    name: &str,
+    text: &str,
+    key_ok: impl Fn(&str) -> bool,
+) -> Result<Vec<(String, String)>, String> {
+    let form =
+        "expected key=value pairs separated by commas, values percent-encoded, like a=1,b=x%20y";
+    let mut pairs: Vec<(String, String)> = Vec::new();
+    for pair in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (key, value) = pair
+            .split_once('=')
+            .map(|(k, v)| (k.trim(), v.trim()))
+            .filter(|(k, _)| !k.is_empty() && key_ok(k))
+            .ok_or_else(|| format!("{name}: '{pair}' cannot be used: {form}"))?;
+        let value = percent_decoded(value)
+            .ok_or_else(|| format!("{name}: '{pair}' has a broken %-escape: {form}"))?;
+        pairs.retain(|(k, _)| k != key);
+        pairs.push((key.to_string(), value));
+    }
+    Ok(pairs)
+}
+
+/// Header names are HTTP tokens; values must be sendable as they are (no control
+/// characters once decoded).
+fn headers_of(name: &str, text: &str) -> Result<Vec<(String, String)>, String> {
+    let token = |k: &str| {
+        k.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+    };
+    let pairs = pairs_of(name, text, token)?;
+    if let Some((key, _)) = pairs
+        .iter()
+        .find(|(_, v)| v.chars().any(|c| c.is_control() && c != '\t'))
+    {
+        return Err(format!(
+            "{name}: the value of '{key}' has a control character once decoded"
+        ));
+    }
+    Ok(pairs)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn read(pairs: &[(&str, &str)]) -> Result<Otlp, String> {
+        let env: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        from_env(&|name: &str| env.get(name).cloned())
+    }
+
+    #[test]
+    fn the_endpoint_follows_the_specifications_rules() {
+        let url = |pairs: &[(&str, &str)]| read(pairs).unwrap().endpoint.to_string();
+        assert_eq!(url(&[]), "http://localhost:4318/v1/metrics");
+        assert_eq!(
+            url(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")]),
+            "http://collector:4318/v1/metrics"
+        );
+        assert_eq!(
+            url(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318/otlp/")]),
+            "http://collector:4318/otlp/v1/metrics"
+        );
+        // The signal's own URL is used as it is, and wins.
+        assert_eq!(
+            url(&[
+                ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://a:4318"),
+                ("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://[::1]:9/m")
+            ]),
+            "http://[::1]:9/m"
+        );
+    }
+
+    #[test]
+    fn headers_resource_service_name_and_timeout() {
+        let o = read(&[
+            ("OTEL_EXPORTER_OTLP_HEADERS", "api-key=a%20b, x-team=web"),
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "service.name=old,deployment.environment=prod,team=a%2Cb",
+            ),
+            ("OTEL_SERVICE_NAME", "checkout"),
+            ("OTEL_EXPORTER_OTLP_TIMEOUT", "2500"),
+        ])
+        .unwrap();
+        assert_eq!(
+            o.headers,
+            [
+                ("api-key".into(), "a b".into()),
+                ("x-team".into(), "web".into())
+            ]
+        );
+        assert_eq!(
+            o.resource,
+            [
+                ("deployment.environment".into(), "prod".into()),
+                ("team".into(), "a,b".into()),
+                ("service.name".into(), "checkout".into())
+            ]
+        );
+        assert_eq!(o.timeout, Duration::from_millis(2500));
+        // The metrics-only headers replace the general ones whole.
+        let o = read(&[
+            ("OTEL_EXPORTER_OTLP_HEADERS", "a=1"),
+            ("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "b=2"),
+        ])
+        .unwrap();
+        assert_eq!(o.headers, [("b".into(), "2".into())]);
+        assert_eq!(read(&[]).unwrap().timeout, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn unusable_values_name_the_variable_and_the_form() {
+        for (pairs, variable, form) in [
+            (
+                vec![("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")],
+                "OTEL_EXPORTER_OTLP_PROTOCOL=grpc",
+                "http/protobuf only",
+            ),
+            (
+                vec![("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "thrift")],
+                "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+                "expected http/protobuf",
+            ),
+            (
+                vec![("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")],
+                "OTEL_EXPORTER_OTLP_ENDPOINT",
+                "http:// URL",
+            ),
+            (
+                vec![(
+                    "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                    "https://monitoring.us-east-1.amazonaws.com/v1/metrics",
+                )],
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+                "https is not offered",
+            ),
+            (
+                vec![("OTEL_EXPORTER_OTLP_HEADERS", "api-key")],
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "key=value",
+            ),
+            (
+                vec![("OTEL_EXPORTER_OTLP_HEADERS", "bad key=1")],
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "key=value",
+            ),
+            (
+                vec![("OTEL_EXPORTER_OTLP_HEADERS", "k=%0a")],
+                "OTEL_EXPORTER_OTLP_HEADERS",
+                "control character",
+            ),
+            (
+                vec![("OTEL_RESOURCE_ATTRIBUTES", "team=%zz")],
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "%-escape",
+            ),
+            (
+                vec![("OTEL_EXPORTER_OTLP_TIMEOUT", "10s")],
+                "OTEL_EXPORTER_OTLP_TIMEOUT",
+                "milliseconds",
+            ),
+        ] {
+            let err = read(&pairs).unwrap_err();
+            assert!(
+                err.contains(variable) && err.contains(form),
+                "{pairs:?}: {err}"
+            );
+        }
+        let interval = |v: &str| {
+            let v = v.to_string();
+            interval(&move |n: &str| (n == "OTEL_METRIC_EXPORT_INTERVAL").then(|| v.clone()))
+        };
+        assert_eq!(interval("5000"), Ok(Some(Duration::from_secs(5))));
+        for bad in ["999", "60s", "-1"] {
+            let err = interval(bad).unwrap_err();
+            assert!(
+                err.contains("OTEL_METRIC_EXPORT_INTERVAL") && err.contains("1000"),
+                "{err}"
+            );
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! OTLP/HTTP protobuf to an OpenTelemetry collector (`METRICS_SINK=otlp`): the
+//! publisher's third way out, beside the CloudWatch API and EMF. At each publish it
+//! sends every figure `/metrics` shows, read from the same table.
+//!
+//! - `proto`: the protobuf wire format, by hand (pure)
+//! - `encode`: a snapshot as an `ExportMetricsServiceRequest` (pure)
+//!
+//! No retry, though the OTLP specification allows one for 429, 502, 503 and 504: every
+//! counter and the histogram are cumulative, so the next export carries whatever a lost
+//! one held, and a gauge's lost point would only arrive late. The publisher's own rules
+//! hold: at most one export in flight, each bounded in time, failures said once a spell.
+#![forbid(unsafe_code)]
+
+pub mod encode;
+pub mod proto;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use hyper::body::Bytes;
+
+use crate::helper::cloudwatch::outcome::Outcome;
+use crate::helper::cloudwatch::plan::Datum;
+use crate::helper::cloudwatch::{Put, PutCall, PutResult};
+use crate::helper::desk::Desk;
+use crate::helper::http_client;
+use crate::helper::metrics::{ecs, prometheus};
+use crate::logging;
+use crate::settings::Otlp;
+use proto::Field;
+
+/// A collector's answer is a few bytes (an empty `ExportMetricsServiceResponse`, or a
+/// `google.rpc.Status` on an error); more is cut.
+const MAX_ANSWER: usize = 64 * 1024;
+
+/// Exports snapshots of the Desk to one collector.
+pub struct Exporter {
+    endpoint: hyper::Uri,
+    headers: Arc<Vec<(String, String)>>,
+    timeout: Duration,
+    resource: Vec<(String, String)>,
+    /// The start of every cumulative stream, Unix nanoseconds: when this exporter began.
+    start: u64,
+    desk: Arc<Desk>,
+}
+
+fn unix_nanos(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+impl Exporter {
+    /// Learns the resource (the ECS task's attributes when the metadata endpoint is
+    /// there, within `timeout`) and is ready to export.
+    pub async fn connect(
+        config: &Otlp,
+        desk: Arc<Desk>,
+        ecs_metadata: Option<&str>,
+        timeout: Duration,
+    ) -> Exporter {
+        let mut learned: Vec<(&'static str, String)> = Vec::new();
+        if let Some(base) = ecs_metadata {
+            match ecs::Client::new(base, timeout).identity().await {
+                Ok(identity) => learned = identity,
+                Err(reason) => logging::warn(
+                    format!("OTLP resource without the ECS task's attributes: {reason}"),
+                    &[],
+                ),
+            }
+        }
+        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").ok();
+        Exporter {
+            endpoint: config.endpoint.clone(),
+            headers: Arc::new(config.headers.clone()),
+            timeout: config.timeout.min(timeout),
+            resource: resource(&config.resource, learned, hostname.as_deref()),
+            start: unix_nanos(SystemTime::now()),
+            desk,
+        }
+    }
+}
+
+/// The resource's attributes: what lifeguard learned, then the user's, which win; a
+/// `service.name` always (OpenTelemetry's default, `unknown_service:` and the
+/// program's name, where none is given); a `service.instance.id` (the ECS task's id, or
+/// the host name a container engine gives each container) so that two tasks' series
+/// never merge. Pure.
+pub fn resource(
+    user: &[(String, String)],
+    learned: Vec<(&'static str, String)>,
+    hostname: Option<&str>,
+) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    let instance = learned
+        .iter()
+        .find(|(k, _)| *k == "aws.ecs.task.id")
+        .map(|(_, v)| v.clone())
+        .or_else(|| {
+            hostname
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+        });
+    out.push(("service.name".into(), "unknown_service:lifeguard".into()));
+    if let Some(instance) = instance {
+        out.push(("service.instance.id".into(), instance));
+    }
+    out.extend(learned.into_iter().map(|(k, v)| (k.to_string(), v)));
+    for (key, value) in user {
+        out.retain(|(k, _)| k != key);
+        out.push((key.clone(), value.clone()));
+    }
+    out
+}
+
+impl Put for Exporter {
+    /// Sends the snapshot of this instant; the CloudWatch batch the plan made is not
+    /// used (its timing is: the interval and the burst rule are the same for every sink).
+    fn put(&self, _batch: Vec<Datum>) -> PutCall {
+        let snapshot = self.desk.snapshot_asked(Instant::now());
+        let now = unix_nanos(SystemTime::now());
+        let body = encode::request(
+            &self.resource,
+            prometheus::families(&snapshot),
+            self.start,
+            now,
+        );
+        let (endpoint, headers, timeout) =
+            (self.endpoint.clone(), self.headers.clone(), self.timeout);
+        Box::pin(async move {
+            let sent = http_client::send(
+                hyper::Method::POST,
+                &endpoint,
+                Some("application/x-protobuf"),
+                &headers,
+                Bytes::from(body),
+                MAX_ANSWER,
+            );
+            match tokio::time::timeout(timeout, sent).await {
+                Err(_) => Err((
+                    Outcome::Timeout,
+                    format!(
+                        "no answer from {endpoint} within {}",
+                        crate::seconds::human(timeout)
+                    ),
+                )),
+                Ok(Err(reason)) => Err((Outcome::Error, reason)),
+                Ok(Ok((status, answer))) => judge(status, &answer),
+            }
+        })
+    }
+}
+
+/// A collector's answer, judged: 2xx is taken unless its `partial_success` says data
+/// points were rejected; 429 and 503 are throttling; the rest an error, with the
+/// collector's own reason (a `google.rpc.Status` message, or the text it sent). Pure.
+pub fn judge(status: u16, answer: &[u8]) -> PutResult {
+    let string = |data: &[u8], n: u32| match proto::field(data, n) {
+        Some(Field::Bytes(b)) => std::str::from_utf8(b).ok().map(str::to_string),
+        _ => None,
+    };
+    if (200..300).contains(&status) {
+        // ExportMetricsServiceResponse.partial_success (1): rejected_data_points (1),
+        // error_message (2).
+        let Some(Field::Bytes(partial)) = proto::field(answer, 1) else {
+            return Ok(());
+        };
+        return match proto::field(partial, 1) {
+            Some(Field::Number(n)) if n > 0 => Err((
+                Outcome::Error,
+                format!(
+                    "the collector rejected {n} data points: {}",
+                    string(partial, 2).unwrap_or_default()
+                ),
+            )),
+            _ => Ok(()),
+        };
+    }
+    let reason = string(answer, 2)
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| {
+            let text = String::from_utf8_lossy(answer);
+            text.trim().chars().take(200).collect()
+        });
+    let outcome = match status {
+        429 | 503 => Outcome::Throttled,
+        _ => Outcome::Error,
+    };
+    Err((
+        outcome,
+        format!("the collector answered {status}: {reason}")
+            .trim_end_matches([':', ' '])
+            .to_string(),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::proto::Message;
+    use super::*;
+
+    #[test]
+    fn answers_are_judged_as_the_otlp_specification_reads_them() {
+        assert_eq!(judge(200, &[]), Ok(()));
+        let mut partial = Message::default();
+        partial.uint(1, 3).string(2, "name too long");
+        let mut answer = Message::default();
+        answer.message(1, &partial);
+        let (outcome, reason) = judge(200, &answer.0).unwrap_err();
+        assert_eq!(outcome, Outcome::Error);
+        assert_eq!(
+            reason,
+            "the collector rejected 3 data points: name too long"
+        );
+        // A partial success that rejected nothing is a success (a warning, at most).
+        let mut none = Message::default();
+        none.uint(1, 0).string(2, "fine");
+        let mut answer = Message::default();
+        answer.message(1, &none);
+        assert_eq!(judge(200, &answer.0), Ok(()));
+        let mut status = Message::default();
+        status.uint(1, 8).string(2, "over the limit");
+        assert_eq!(
+            judge(429, &status.0),
+            Err((
+                Outcome::Throttled,
+                "the collector answered 429: over the limit".into()
+            ))
+        );
+        assert_eq!(
+            judge(400, b"bad request: unknown field\n"),
+            Err((
+                Outcome::Error,
+                "the collector answered 400: bad request: unknown field".into()
+            ))
+        );
+        assert_eq!(
+            judge(502, b""),
+            Err((Outcome::Error, "the collector answered 502".into()))
+        );
+    }
+
+    #[test]
+    fn the_users_attributes_win_and_every_resource_has_a_name_and_an_instance() {
+        let learned = vec![
+            ("cloud.region", "us-east-1".to_string()),
+            ("aws.ecs.task.id", "abc".to_string()),
+        ];
+        let user = vec![
+            ("cloud.region".to_string(), "eu-west-1".to_string()),
+            ("service.name".to_string(), "web".to_string()),
+        ];
+        let r = resource(&user, learned, Some("host\n"));
+        let get = |k: &str| r.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("service.name"), Some("web"));
+        assert_eq!(get("cloud.region"), Some("eu-west-1"));
+        assert_eq!(
+            get("service.instance.id"),
+            Some("abc"),
+            "the task, not the host"
+        );
+        assert_eq!(r.iter().filter(|(k, _)| k == "cloud.region").count(), 1);
+        let r = resource(&[], Vec::new(), Some("4f1e2d\n"));
+        assert_eq!(
+            r,
+            [
+                (
+                    "service.name".to_string(),
+                    "unknown_service:lifeguard".to_string()
+                ),
+                ("service.instance.id".to_string(), "4f1e2d".to_string())
+            ]
+        );
+    }
+}

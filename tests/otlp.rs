@@ -1,0 +1,326 @@
+//! Metrics over OTLP (`METRICS_SINK=otlp`), checked by a collector stand-in that decodes
+//! each export with the OpenTelemetry project's own generated types
+//! (tests/support/otlp_collector.py): every figure `/metrics` shows arrives as the type it
+//! is, with its unit, under the resource lifeguard knows and the user's attributes; a
+//! collector that refuses, rejects part, answers slowly or is not there costs data
+//! only, said once a spell; the OTEL_* variables are read as the specification writes
+//! them, and an unusable one stops the start naming it.
+
+mod common;
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+use common::ecs::MetadataStandIn;
+use common::otlp::{metric, Collector};
+use common::*;
+
+/// lifeguard as PID 1 exporting to `endpoint` every second, its endpoint on `listen`,
+/// counting requests on the test app's port.
+fn exporting(endpoint: &str, listen: u16, env: &[(&str, String)]) -> (Run, u16) {
+    let app_port = free_port();
+    let (listen, app) = (listen_flag(listen), app_port.to_string());
+    let env: Vec<(String, String)> = env
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect();
+    let endpoint = endpoint.to_string();
+    let run = start_with(
+        Mode::Pid1,
+        &args(
+            &[
+                "-v",
+                "--drain-delay",
+                "0",
+                "--listen",
+                &listen,
+                "--inflight-port",
+                &app,
+            ],
+            &["--http", &app],
+        ),
+        move |cmd| {
+            cmd.env("METRICS_SINK", "otlp")
+                .env("METRICS_INTERVAL", "1")
+                .env("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint);
+            for (k, v) in &env {
+                cmd.env(k, v);
+            }
+        },
+    );
+    run.ready();
+    (run, app_port)
+}
+
+/// `/metrics`' families by name: their TYPE.
+fn families(port: u16) -> HashMap<String, String> {
+    let (status, body) = get(port, "/metrics");
+    assert_eq!(status, 200, "{body}");
+    body.lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .filter_map(|l| l.split_once(' '))
+        .map(|(name, kind)| (name.to_string(), kind.to_string()))
+        .collect()
+}
+
+fn expected_unit(name: &str) -> &'static str {
+    let stem = name.strip_suffix("_total").unwrap_or(name);
+    if stem.ends_with("_seconds") {
+        "s"
+    } else if stem.ends_with("_bytes") {
+        "By"
+    } else if stem.ends_with("_percent") {
+        "%"
+    } else if stem.ends_with("_cores") {
+        "{cpu}"
+    } else {
+        ""
+    }
+}
+
+#[test]
+fn every_figure_arrives_as_the_type_it_is_with_its_unit_and_the_tasks_resource() {
+    let (collector, metadata, listen) = (Collector::start(), MetadataStandIn::start(), free_port());
+    let (mut run, app_port) = exporting(
+        &collector.base(),
+        listen,
+        &[
+            ("ECS_CONTAINER_METADATA_URI_V4", metadata.base.clone()),
+            ("OTEL_SERVICE_NAME", "checkout".into()),
+            (
+                "OTEL_RESOURCE_ATTRIBUTES",
+                "deployment.environment=test,cloud.region=eu-west-1,team=pay%2Cments".into(),
+            ),
+            ("OTEL_EXPORTER_OTLP_HEADERS", "x-api-key=s%20ecret".into()),
+        ],
+    );
+    // A request answered, so the response histogram has one.
+    let _ = request(app_port, "GET", "/");
+    let export = collector.wait_for(Duration::from_secs(30), |e| {
+        metric(e, "lifeguard_requests_in_flight").is_some()
+            && metric(e, "lifeguard_cpu_limit_cores").is_some()
+    });
+    assert_eq!(export["path"], "/v1/metrics");
+    assert_eq!(export["content_type"], "application/x-protobuf");
+    assert_eq!(export["headers"]["x-api-key"], "s ecret");
+    let resource = &export["resources"][0]["attributes"];
+    for (key, want) in [
+        ("service.name", "checkout"),
+        ("deployment.environment", "test"),
+        ("team", "pay,ments"),
+        // The user's attribute wins over the task's own region.
+        ("cloud.region", "eu-west-1"),
+        ("cloud.provider", "aws"),
+        ("cloud.platform", "aws_ecs"),
+        ("cloud.account.id", "111122223333"),
+        (
+            "aws.ecs.cluster.arn",
+            "arn:aws:ecs:us-west-2:111122223333:cluster/default",
+        ),
+        ("aws.ecs.task.family", "web"),
+        ("aws.ecs.task.revision", "26"),
+        ("aws.ecs.launchtype", "fargate"),
+        ("service.instance.id", "158d1c8083dd49d6b527399fd6414f5c"),
+    ] {
+        assert_eq!(resource[key], want, "{key} in {resource}");
+    }
+    let scope = &export["resources"][0]["scopes"][0];
+    assert_eq!(scope["name"], "lifeguard");
+    assert_eq!(scope["version"], env!("CARGO_PKG_VERSION"));
+    // Every family /metrics has, as the type it is, with its unit.
+    let scraped = families(listen);
+    assert!(scraped.len() > 20, "{scraped:?}");
+    let exported = |name: &str| {
+        collector
+            .wait_for(Duration::from_secs(10), |e| metric(e, name).is_some())
+            .clone()
+    };
+    for (name, kind) in &scraped {
+        let export = exported(name);
+        let m = metric(&export, name).unwrap();
+        let want = match kind.as_str() {
+            "gauge" => "gauge",
+            "counter" => "sum",
+            "histogram" => "histogram",
+            other => panic!("{name}: TYPE {other}"),
+        };
+        assert_eq!(m["type"], want, "{name}: {m}");
+        assert_eq!(m["unit"], expected_unit(name), "{name}: {m}");
+        assert!(!m["description"].as_str().unwrap().is_empty(), "{name}");
+        if want != "gauge" {
+            assert_eq!(
+                m["temporality"], "AGGREGATION_TEMPORALITY_CUMULATIVE",
+                "{name}"
+            );
+            for p in m["points"].as_array().unwrap() {
+                let (start, time) = (p["start"].as_u64().unwrap(), p["time"].as_u64().unwrap());
+                assert!(0 < start && start < time, "{name}: {p}");
+            }
+        }
+        if want == "sum" {
+            assert_eq!(m["monotonic"], true, "{name}");
+        }
+    }
+    // Figures with known values arrive as /metrics shows them: the task's size, as the
+    // metadata stand-in gives it.
+    let gauge = |name: &str| -> f64 {
+        metric(&export, name).unwrap()["points"][0]["value"]
+            .as_f64()
+            .unwrap()
+    };
+    assert_eq!(gauge("lifeguard_cpu_limit_cores"), 0.25);
+    assert_eq!(
+        gauge("lifeguard_memory_limit_bytes"),
+        512.0 * 1024.0 * 1024.0
+    );
+    assert_eq!(
+        metric(&export, "lifeguard_memory_limit_bytes").unwrap()["points"][0]["value_type"],
+        "as_int"
+    );
+    let build = metric(&export, "lifeguard_build_info").unwrap();
+    assert_eq!(
+        build["points"][0]["attributes"]["version"],
+        env!("CARGO_PKG_VERSION")
+    );
+    // The histogram: per-bucket counts that add up to its count, and its bounds.
+    let h = exported("lifeguard_response_seconds");
+    let point = &metric(&h, "lifeguard_response_seconds").unwrap()["points"][0];
+    let counts: u64 = point["bucket_counts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_u64().unwrap())
+        .sum();
+    assert_eq!(counts, point["count"].as_u64().unwrap(), "{point}");
+    assert_eq!(
+        point["explicit_bounds"].as_array().unwrap().len() + 1,
+        point["bucket_counts"].as_array().unwrap().len()
+    );
+    assert_eq!(point["explicit_bounds"][0], 0.005);
+    run.expect_log("OTLP export");
+    run.signal(libc::SIGTERM);
+    run.expect_exit(0);
+    // The exit flush sends the figures as they stood at the end: the drain said.
+    let last = collector.exports().last().cloned().unwrap();
+    assert!(metric(&last, "lifeguard_draining").is_some(), "{last}");
+}
+
+#[test]
+fn a_collector_that_fails_costs_data_only_and_says_so_once_a_spell() {
+    let collector = Collector::start();
+    collector.mode("status 500");
+    let (mut run, _) = exporting(&collector.base(), free_port(), &[]);
+    let first = run.expect_log("OTLP export to the collector failed");
+    assert!(
+        first.contains("the collector answered 500: the stand-in answers 500"),
+        "{first}"
+    );
+    // Further failures within the minute are counted, not said.
+    let failed_before = collector.exports().len();
+    wait_until("three more refused exports", || {
+        (collector.exports().len() >= failed_before + 3).then_some(())
+    });
+    let said = |text: &str| run.stderr().iter().filter(|l| l.contains(text)).count();
+    assert_eq!(
+        said("OTLP export to the collector failed"),
+        1,
+        "{}",
+        run.transcript()
+    );
+    collector.mode("ok");
+    let back = run.expect_log("OTLP export to the collector works again");
+    assert!(back.contains("failed calls"), "{back}");
+    collector.mode("partial 2");
+    let partial = run.expect_log("rejected 2 data points");
+    assert!(partial.contains("rejected by the stand-in"), "{partial}");
+    collector.mode("ok");
+    wait_until("the second recovery said", || {
+        (said("OTLP export to the collector works again") == 2).then_some(())
+    });
+    // A collector that does not answer in time: the export is given up within the
+    // interval, and the app's signals and exit are never held up by it.
+    collector.mode("slow 30");
+    let slow = run.expect_log("no answer from");
+    assert!(slow.contains("within 800ms"), "{slow}");
+    let asked = Instant::now();
+    run.signal(libc::SIGTERM);
+    run.expect_exit(0);
+    assert!(
+        asked.elapsed() < Duration::from_secs(10),
+        "the exit waited {:?} for a collector that answers in 30 s",
+        asked.elapsed()
+    );
+}
+
+#[test]
+fn a_collector_that_is_not_there_is_said_and_the_app_runs_on() {
+    let nobody = format!("http://127.0.0.1:{}", free_port());
+    let (mut run, app_port) = exporting(&nobody, free_port(), &[]);
+    let line = run.expect_log("OTLP export to the collector failed");
+    assert!(line.contains("cannot connect to 127.0.0.1"), "{line}");
+    assert_eq!(request(app_port, "GET", "/").unwrap().0, 200);
+    run.signal(libc::SIGTERM);
+    run.expect_exit(0);
+}
+
+#[test]
+fn unusable_variables_stop_the_start_naming_the_variable_and_the_form() {
+    let start = |env: &[(&str, &str)]| {
+        let mut cmd = lifeguard();
+        cmd.args(["--listen", "off", "--drain-delay", "0", "--", "true"]);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).to_string(),
+        )
+    };
+    for (env, named, form) in [
+        (
+            &[("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")][..],
+            "OTEL_EXPORTER_OTLP_PROTOCOL=grpc",
+            "http/protobuf only",
+        ),
+        (
+            &[("OTEL_METRIC_EXPORT_INTERVAL", "10s")][..],
+            "OTEL_METRIC_EXPORT_INTERVAL",
+            "milliseconds",
+        ),
+        (
+            &[("OTEL_EXPORTER_OTLP_ENDPOINT", "collector:4318")][..],
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "http:// URL",
+        ),
+        (
+            &[("OTEL_EXPORTER_OTLP_HEADERS", "api-key")][..],
+            "OTEL_EXPORTER_OTLP_HEADERS",
+            "key=value",
+        ),
+    ] {
+        let mut with_sink = vec![("METRICS_SINK", "otlp")];
+        with_sink.extend_from_slice(env);
+        let (code, said) = start(&with_sink);
+        assert_eq!(code, Some(2), "{env:?}: {said}");
+        assert!(
+            said.contains(named) && said.contains(form),
+            "{env:?}: {said}"
+        );
+        // Without METRICS_SINK=otlp they are the app's variables, none of lifeguard's
+        // business.
+        let (code, said) = start(env);
+        assert_eq!(code, Some(0), "{env:?}: {said}");
+    }
+    // The CloudWatch-only variables are said to be ignored, and the app runs.
+    let (code, said) = start(&[
+        ("METRICS_SINK", "otlp"),
+        ("METRICS_DIMENSIONS", "A=1"),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9"),
+    ]);
+    assert_eq!(code, Some(0), "{said}");
+    assert!(
+        said.contains("METRICS_DIMENSIONS ignored: METRICS_SINK=otlp"),
+        "{said}"
+    );
+}
