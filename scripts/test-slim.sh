@@ -17,4 +17,5 @@ CARGO_TARGET_DIR="$CARGO_TARGET_DIR_SLIM" cargo build --locked --profile slim --
 bin="$CARGO_TARGET_DIR_SLIM/$target/slim/lifeguard"
 printf 'scripts/test-slim.sh: %s, %s bytes\n' "$bin" "$(stat -c %s "$bin")"
 TEST_LIFEGUARD_BIN="$bin" cargo test --locked \
-  --test emf --test exit_status --test signals --test drain --test endpoint --test metrics --test scale_in
+  --test emf --test exit_status --test signals --test drain --test endpoint --test metrics --test scale_in \
+  --test otlp

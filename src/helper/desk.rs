@@ -34,6 +34,9 @@ pub struct Desk {
     own_ports: Vec<u16>,
     /// PID 1's pending signals, for a SIGTERM that has arrived but not been read yet.
     supervisor: Option<crate::kernel::SupervisorPending>,
+    /// The ECS task as OpenTelemetry names it (cloud.*, aws.ecs.*), once the task
+    /// metadata has been read: an OTLP export's resource.
+    task_identity: std::sync::OnceLock<Vec<(&'static str, String)>>,
 }
 
 /// The helper's own counters.
@@ -106,6 +109,7 @@ impl Desk {
             sample: watch::Sender::new(Arc::new(Sample::default())),
             own_ports,
             supervisor: crate::kernel::SupervisorPending::open(stop),
+            task_identity: std::sync::OnceLock::new(),
             counters: Counters {
                 metadata_failures: AtomicU64::new(0),
                 cloudwatch: std::array::from_fn(|_| AtomicU64::new(0)),
@@ -235,6 +239,15 @@ impl Desk {
     }
 
     /// The endpoint's ports.
+    pub fn set_task_identity(&self, identity: Vec<(&'static str, String)>) {
+        let _ = self.task_identity.set(identity);
+    }
+
+    /// The ECS task's identity, once read (none off ECS).
+    pub fn task_identity(&self) -> &[(&'static str, String)] {
+        self.task_identity.get().map_or(&[], Vec::as_slice)
+    }
+
     pub fn own_ports(&self) -> &[u16] {
         &self.own_ports
     }

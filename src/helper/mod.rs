@@ -125,10 +125,11 @@ pub fn run(plan: &Plan, board: HelperBoard) -> Infallible {
     if let Some(config) = plan.settings.protection.clone() {
         protection::start(config, desk.clone());
     }
-    let mut publisher = plan.settings.cloudwatch.clone().and_then(|config| {
-        let ecs_metadata = plan.settings.metrics.ecs_metadata.clone();
-        cloudwatch::start(config, ecs_metadata, desk.clone())
-    });
+    let mut publisher = plan
+        .settings
+        .cloudwatch
+        .clone()
+        .and_then(|config| cloudwatch::start(config, desk.clone()));
     let mut watch = threads::Watch::default();
     // Whether a stuck thread was said, and as hung or as starved.
     let mut told: Option<bool> = None;

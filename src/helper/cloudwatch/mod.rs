@@ -223,18 +223,11 @@ impl Drop for Running {
 /// names), so the SDK never shares the app check's. A panic inside the SDK or the
 /// publisher unwinds this helper alone, which starts again (helper/threads.rs), never
 /// supervision.
-///
-/// `ecs_metadata`: the task metadata endpoint, which names the task for OTLP's resource.
-pub fn start(config: Config, ecs_metadata: Option<String>, desk: Arc<Desk>) -> Option<Handle> {
+pub fn start(config: Config, desk: Arc<Desk>) -> Option<Handle> {
     desk.counters.cloudwatch_on();
     let (handle, stopper) = handle();
     let started = threads::start(Helper::CloudWatch, true, move || {
-        run(
-            config.clone(),
-            ecs_metadata.clone(),
-            desk.clone(),
-            stopper.clone(),
-        )
+        run(config.clone(), desk.clone(), stopper.clone())
     });
     match started {
         Ok(()) => Some(handle),
@@ -246,14 +239,14 @@ pub fn start(config: Config, ecs_metadata: Option<String>, desk: Arc<Desk>) -> O
 }
 
 /// Connects and publishes until told to flush.
-async fn run(config: Config, ecs_metadata: Option<String>, desk: Arc<Desk>, stopper: Stopper) {
+async fn run(config: Config, desk: Arc<Desk>, stopper: Stopper) {
     let Stopper {
         stop,
         done,
         running,
     } = stopper;
     let _running = Running::new(running);
-    match connect(&config, ecs_metadata.as_deref(), &desk).await {
+    match connect(&config, &desk).await {
         Ok(put) => {
             desk.counters.cloudwatch_publishing(true);
             let _off = Publishing(desk.clone());
@@ -265,17 +258,11 @@ async fn run(config: Config, ecs_metadata: Option<String>, desk: Arc<Desk>, stop
 }
 
 /// The way to CloudWatch the configuration names.
-async fn connect(
-    config: &Config,
-    ecs_metadata: Option<&str>,
-    desk: &Arc<Desk>,
-) -> Result<Arc<dyn Put>, String> {
+async fn connect(config: &Config, desk: &Arc<Desk>) -> Result<Arc<dyn Put>, String> {
     match &config.sink {
         Sink::Otlp(otlp) => {
             let timeout = operation_timeout(config.interval);
-            let exporter =
-                crate::helper::otlp::Exporter::connect(otlp, desk.clone(), ecs_metadata, timeout)
-                    .await;
+            let exporter = crate::helper::otlp::Exporter::new(otlp, desk.clone(), timeout);
             Ok(Arc::new(exporter) as Arc<dyn Put>)
         }
         Sink::Emf(agent) => {

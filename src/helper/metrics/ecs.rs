@@ -150,12 +150,14 @@ impl Client {
         }
     }
 
-    pub async fn limits(&self) -> Result<TaskLimits, String> {
-        parse_task(&self.fetch("/task").await?)
-    }
-
-    pub async fn identity(&self) -> Result<Vec<(&'static str, String)>, String> {
-        parse_identity(&self.fetch("/task").await?)
+    /// The task's limits, and its identity where the document has one (an OTLP
+    /// resource's attributes; none is no error: the limits are what the sampler needs).
+    pub async fn limits(&self) -> Result<(TaskLimits, Vec<(&'static str, String)>), String> {
+        let body = self.fetch("/task").await?;
+        Ok((
+            parse_task(&body)?,
+            parse_identity(&body).unwrap_or_default(),
+        ))
     }
 
     pub async fn usage(&self) -> Result<TaskUsage, String> {

@@ -12,12 +12,13 @@ use std::fmt::Write as _;
 use super::inflight::RESPONSE_BUCKETS;
 use crate::helper::desk::Snapshot;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Kind {
     Gauge,
     Counter,
-    /// Points named `_bucket` (with `le`), `_sum` and `_count`.
-    Histogram,
+    /// Points named `_bucket` (with `le`), `_sum` and `_count`; the buckets' upper
+    /// bounds, +Inf left out (OTLP sends them as numbers, not as `le` text).
+    Histogram(&'static [f64]),
 }
 
 /// A sample's suffix to the family's name (a histogram's `_bucket`, `_sum`, `_count`;
@@ -189,7 +190,7 @@ const FAMILIES: &[Family] = &[
     },
     Family {
         name: "lifeguard_response_seconds",
-        kind: Kind::Histogram,
+        kind: Kind::Histogram(&RESPONSE_BUCKETS),
         help: "Sampled response times on --inflight-port: per connection and look, the last answer sent since the previous look, from its request's last byte in to its last byte out (docs/metrics.md: what it cannot see).",
         read: |s| match &s.sample.responses {
             Some(r) => histogram(&RESPONSE_BUCKETS, r.cumulative(), r.sum_seconds),
@@ -356,7 +357,7 @@ pub fn encode(snapshot: &Snapshot) -> String {
         let kind = match family.kind {
             Kind::Gauge => "gauge",
             Kind::Counter => "counter",
-            Kind::Histogram => "histogram",
+            Kind::Histogram(_) => "histogram",
         };
         let _ = writeln!(out, "# HELP {} {}", family.name, family.help);
         let _ = writeln!(out, "# TYPE {} {kind}", family.name);

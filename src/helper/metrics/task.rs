@@ -47,7 +47,8 @@ pub(super) async fn poll_task(client: ecs::Client, state: Arc<Mutex<TaskState>>,
         let mut result = Ok(());
         if !have_limits {
             match client.limits().await {
-                Ok(limits) => {
+                Ok((limits, identity)) => {
+                    desk.set_task_identity(identity);
                     logging::info(
                         "metrics: ECS task limits",
                         &[

@@ -66,27 +66,18 @@ fn number_point(point: &Point, start: Option<u64>, now: u64, int: bool) -> Messa
     m
 }
 
-/// A HistogramDataPoint from the Prometheus points (cumulative `_bucket`s with `le`,
-/// `_sum`, `_count`): count 4, sum 5, bucket_counts 6 (per bucket, not cumulative),
-/// explicit_bounds 7 (without +Inf, which the last count stands for).
-fn histogram_point(points: &[Point], start: u64, now: u64) -> Message {
-    let mut bounds = Vec::new();
+/// A HistogramDataPoint from the Prometheus points (cumulative `_bucket`s, `_sum`,
+/// `_count`) and the buckets' bounds: count 4, sum 5, bucket_counts 6 (per bucket, not
+/// cumulative), explicit_bounds 7 (without +Inf, which the last count stands for).
+fn histogram_point(points: &[Point], bounds: &[f64], start: u64, now: u64) -> Message {
     let mut counts = Vec::new();
     let (mut sum, mut count, mut below) = (0.0, 0u64, 0u64);
-    for (suffix, labels, value) in points {
+    for (suffix, _, value) in points {
         match *suffix {
             "_bucket" => {
                 let cumulative = *value as u64;
                 counts.push(cumulative.saturating_sub(below));
                 below = cumulative;
-                if let Some(bound) = labels
-                    .iter()
-                    .find(|(k, _)| *k == "le")
-                    .and_then(|(_, le)| le.parse::<f64>().ok())
-                    .filter(|b| b.is_finite())
-                {
-                    bounds.push(bound);
-                }
             }
             "_sum" => sum = *value,
             "_count" => count = *value as u64,
@@ -99,7 +90,7 @@ fn histogram_point(points: &[Point], start: u64, now: u64) -> Message {
         .fixed64(4, count)
         .double(5, sum);
     m.packed64(6, counts.into_iter());
-    m.packed64(7, bounds.into_iter().map(f64::to_bits));
+    m.packed64(7, bounds.iter().map(|b| b.to_bits()));
     m
 }
 
@@ -121,8 +112,8 @@ pub fn metric(family: &Read, start: u64, now: u64) -> Message {
             data.uint(2, CUMULATIVE).bool(3, true);
             7
         }
-        Kind::Histogram => {
-            data.message(1, &histogram_point(&family.points, start, now));
+        Kind::Histogram(bounds) => {
+            data.message(1, &histogram_point(&family.points, bounds, start, now));
             data.uint(2, CUMULATIVE);
             9
         }
@@ -218,7 +209,7 @@ mod tests {
         let le = |b: &str| vec![("le", b.to_string())];
         let family = Read {
             name: "lifeguard_response_seconds",
-            kind: Kind::Histogram,
+            kind: Kind::Histogram(&[0.1, 1.0]),
             help: "h",
             points: vec![
                 ("_bucket", le("0.1"), 2.0),

@@ -24,8 +24,7 @@ use crate::helper::cloudwatch::plan::Datum;
 use crate::helper::cloudwatch::{Put, PutCall, PutResult};
 use crate::helper::desk::Desk;
 use crate::helper::http_client;
-use crate::helper::metrics::{ecs, prometheus};
-use crate::logging;
+use crate::helper::metrics::prometheus;
 use crate::settings::Otlp;
 use proto::Field;
 
@@ -38,7 +37,9 @@ pub struct Exporter {
     endpoint: hyper::Uri,
     headers: Arc<Vec<(String, String)>>,
     timeout: Duration,
-    resource: Vec<(String, String)>,
+    /// The user's resource attributes (they win over what lifeguard learns).
+    user: Vec<(String, String)>,
+    hostname: Option<String>,
     /// The start of every cumulative stream, Unix nanoseconds: when this exporter began.
     start: u64,
     desk: Arc<Desk>,
@@ -50,30 +51,15 @@ fn unix_nanos(at: SystemTime) -> u64 {
 }
 
 impl Exporter {
-    /// Learns the resource (the ECS task's attributes when the metadata endpoint is
-    /// there, within `timeout`) and is ready to export.
-    pub async fn connect(
-        config: &Otlp,
-        desk: Arc<Desk>,
-        ecs_metadata: Option<&str>,
-        timeout: Duration,
-    ) -> Exporter {
-        let mut learned: Vec<(&'static str, String)> = Vec::new();
-        if let Some(base) = ecs_metadata {
-            match ecs::Client::new(base, timeout).identity().await {
-                Ok(identity) => learned = identity,
-                Err(reason) => logging::warn(
-                    format!("OTLP resource without the ECS task's attributes: {reason}"),
-                    &[],
-                ),
-            }
-        }
-        let hostname = std::fs::read_to_string("/proc/sys/kernel/hostname").ok();
+    /// Exports to `config`'s collector, each call within `timeout` too (the
+    /// publisher's bound).
+    pub fn new(config: &Otlp, desk: Arc<Desk>, timeout: Duration) -> Exporter {
         Exporter {
             endpoint: config.endpoint.clone(),
             headers: Arc::new(config.headers.clone()),
             timeout: config.timeout.min(timeout),
-            resource: resource(&config.resource, learned, hostname.as_deref()),
+            user: config.resource.clone(),
+            hostname: std::fs::read_to_string("/proc/sys/kernel/hostname").ok(),
             start: unix_nanos(SystemTime::now()),
             desk,
         }
@@ -87,7 +73,7 @@ impl Exporter {
 /// never merge. Pure.
 pub fn resource(
     user: &[(String, String)],
-    learned: Vec<(&'static str, String)>,
+    learned: &[(&'static str, String)],
     hostname: Option<&str>,
 ) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
@@ -104,7 +90,7 @@ pub fn resource(
     if let Some(instance) = instance {
         out.push(("service.instance.id".into(), instance));
     }
-    out.extend(learned.into_iter().map(|(k, v)| (k.to_string(), v)));
+    out.extend(learned.iter().map(|(k, v)| (k.to_string(), v.clone())));
     for (key, value) in user {
         out.retain(|(k, _)| k != key);
         out.push((key.clone(), value.clone()));
@@ -118,12 +104,14 @@ impl Put for Exporter {
     fn put(&self, _batch: Vec<Datum>) -> PutCall {
         let snapshot = self.desk.snapshot_asked(Instant::now());
         let now = unix_nanos(SystemTime::now());
-        let body = encode::request(
-            &self.resource,
-            prometheus::families(&snapshot),
-            self.start,
-            now,
+        // The task's attributes join once the sampler has read the task metadata
+        // (within a second of the start on ECS).
+        let resource = resource(
+            &self.user,
+            self.desk.task_identity(),
+            self.hostname.as_deref(),
         );
+        let body = encode::request(&resource, prometheus::families(&snapshot), self.start, now);
         let (endpoint, headers, timeout) =
             (self.endpoint.clone(), self.headers.clone(), self.timeout);
         Box::pin(async move {
@@ -249,7 +237,7 @@ mod tests {
             ("cloud.region".to_string(), "eu-west-1".to_string()),
             ("service.name".to_string(), "web".to_string()),
         ];
-        let r = resource(&user, learned, Some("host\n"));
+        let r = resource(&user, &learned, Some("host\n"));
         let get = |k: &str| r.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("service.name"), Some("web"));
         assert_eq!(get("cloud.region"), Some("eu-west-1"));
@@ -259,7 +247,7 @@ mod tests {
             "the task, not the host"
         );
         assert_eq!(r.iter().filter(|(k, _)| k == "cloud.region").count(), 1);
-        let r = resource(&[], Vec::new(), Some("4f1e2d\n"));
+        let r = resource(&[], &[], Some("4f1e2d\n"));
         assert_eq!(
             r,
             [

@@ -137,9 +137,9 @@ pub fn fields(data: &[u8]) -> Option<Vec<(u32, Field<'_>)>> {
 pub fn field(data: &[u8], number: u32) -> Option<Field<'_>> {
     fields(data)?
         .into_iter()
-        .filter(|(n, _)| *n == number)
+        .rev()
+        .find(|(n, _)| *n == number)
         .map(|(_, v)| v)
-        .last()
 }
 
 #[cfg(test)]
