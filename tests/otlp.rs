@@ -96,9 +96,16 @@ fn every_figure_arrives_as_the_type_it_is_with_its_unit_and_the_tasks_resource()
     );
     // A request answered, so the response histogram has one.
     let _ = request(app_port, "GET", "/");
+    // The first exports come before the sampler has read the task metadata: the
+    // container's cgroup stands in until then, and the task's attributes are not there.
+    let task_size = |e: &serde_json::Value| {
+        metric(e, "lifeguard_cpu_limit_cores")
+            .is_some_and(|m| m["points"][0]["value"].as_f64() == Some(0.25))
+    };
     let export = collector.wait_for(Duration::from_secs(30), |e| {
         metric(e, "lifeguard_requests_in_flight").is_some()
-            && metric(e, "lifeguard_cpu_limit_cores").is_some()
+            && task_size(e)
+            && e["resources"][0]["attributes"]["aws.ecs.task.family"] == "web"
     });
     assert_eq!(export["path"], "/v1/metrics");
     assert_eq!(export["content_type"], "application/x-protobuf");
@@ -120,9 +127,18 @@ fn every_figure_arrives_as_the_type_it_is_with_its_unit_and_the_tasks_resource()
         ("aws.ecs.task.family", "web"),
         ("aws.ecs.task.revision", "26"),
         ("aws.ecs.launchtype", "fargate"),
-        ("service.instance.id", "158d1c8083dd49d6b527399fd6414f5c"),
+        ("aws.ecs.task.id", "158d1c8083dd49d6b527399fd6414f5c"),
     ] {
         assert_eq!(resource[key], want, "{key} in {resource}");
+    }
+    // The instance is the host's name, from the first export to the last: a series
+    // never changes its identity when the task's attributes join.
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    for each in collector.exports() {
+        assert_eq!(
+            each["resources"][0]["attributes"]["service.instance.id"],
+            host.trim()
+        );
     }
     let scope = &export["resources"][0]["scopes"][0];
     assert_eq!(scope["name"], "lifeguard");
@@ -160,6 +176,32 @@ fn every_figure_arrives_as_the_type_it_is_with_its_unit_and_the_tasks_resource()
         if want == "sum" {
             assert_eq!(m["monotonic"], true, "{name}");
         }
+    }
+    // docs/metrics.md's table says what arrives: the type and unit of every family.
+    let docs =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md")).unwrap();
+    let table: HashMap<String, (String, String)> = docs
+        .split("## Over OTLP")
+        .nth(1)
+        .expect("docs/metrics.md has no section \"Over OTLP\"")
+        .lines()
+        .filter_map(|l| {
+            let cells: Vec<&str> = l.split('|').map(str::trim).collect();
+            let name = cells.get(1)?.strip_prefix('`')?.strip_suffix('`')?;
+            let unit = cells.get(3)?.trim_matches('`').replace('—', "");
+            Some((name.to_string(), (cells.get(2)?.to_lowercase(), unit)))
+        })
+        .collect();
+    for name in scraped.keys() {
+        let m = metric(&exported(name), name).unwrap().clone();
+        assert_eq!(
+            table.get(name.as_str()),
+            Some(&(
+                m["type"].as_str().unwrap().to_string(),
+                m["unit"].as_str().unwrap().to_string()
+            )),
+            "docs/metrics.md's OTLP table on {name}"
+        );
     }
     // Figures with known values arrive as /metrics shows them: the task's size, as the
     // metadata stand-in gives it.

@@ -39,6 +39,8 @@ pub(super) const DEFAULT_PROBE_TIMEOUT: &str = "2s";
         METRICS_BURST_THRESHOLD    publish at once when requests in flight reach this (0: never)\n  \
         METRICS_EXTRA              more metrics, on request: OldestRequestAge, ScaleInProtected\n  \
         AWS_REGION, AWS_*          the AWS SDK's region, credentials, AWS_ENDPOINT_URL_CLOUDWATCH\n  \
+        OTEL_EXPORTER_OTLP_*, OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES, OTEL_METRIC_EXPORT_INTERVAL\n                             \
+        with METRICS_SINK=otlp: the collector, and the resource\n  \
         ECS_CONTAINER_METADATA_URI_V4  set by ECS: CPU and memory become the task's\n  \
         ECS_AGENT_URI              set by ECS: where --scale-in-protection asks\n  \
         TINI_SUBREAPER, TINI_KILL_PROCESS_GROUP, TINI_VERBOSITY, DUMB_INIT_SETSID, DUMB_INIT_DEBUG\n                             \

@@ -26,8 +26,7 @@ pub enum SinkKind {
     /// Embedded Metric Format log records: to the CloudWatch agent, or on stdout for
     /// the log driver (no credentials, no AWS call).
     Emf,
-    /// OTLP/HTTP protobuf to an OpenTelemetry collector, configured by the
-    /// OpenTelemetry SDK's own variables (`OTEL_EXPORTER_OTLP_*`).
+    /// OTLP/HTTP protobuf to an OpenTelemetry collector (OTEL_EXPORTER_OTLP_*).
     Otlp,
 }
 

@@ -68,27 +68,18 @@ impl Exporter {
 
 /// The resource's attributes: what lifeguard learned, then the user's, which win; a
 /// `service.name` always (OpenTelemetry's default, `unknown_service:` and the
-/// program's name, where none is given); a `service.instance.id` (the ECS task's id, or
-/// the host name a container engine gives each container) so that two tasks' series
-/// never merge. Pure.
+/// program's name, where none is given); the host name as `service.instance.id` (a
+/// container engine gives each container or task its own), so that two tasks' series
+/// never merge, and one task's never change when the task metadata arrives. Pure.
 pub fn resource(
     user: &[(String, String)],
     learned: &[(&'static str, String)],
     hostname: Option<&str>,
 ) -> Vec<(String, String)> {
     let mut out: Vec<(String, String)> = Vec::new();
-    let instance = learned
-        .iter()
-        .find(|(k, _)| *k == "aws.ecs.task.id")
-        .map(|(_, v)| v.clone())
-        .or_else(|| {
-            hostname
-                .map(|h| h.trim().to_string())
-                .filter(|h| !h.is_empty())
-        });
     out.push(("service.name".into(), "unknown_service:lifeguard".into()));
-    if let Some(instance) = instance {
-        out.push(("service.instance.id".into(), instance));
+    if let Some(host) = hostname.map(str::trim).filter(|h| !h.is_empty()) {
+        out.push(("service.instance.id".into(), host.to_string()));
     }
     out.extend(learned.iter().map(|(k, v)| (k.to_string(), v.clone())));
     for (key, value) in user {
@@ -241,11 +232,8 @@ mod tests {
         let get = |k: &str| r.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("service.name"), Some("web"));
         assert_eq!(get("cloud.region"), Some("eu-west-1"));
-        assert_eq!(
-            get("service.instance.id"),
-            Some("abc"),
-            "the task, not the host"
-        );
+        assert_eq!(get("service.instance.id"), Some("host"));
+        assert_eq!(get("aws.ecs.task.id"), Some("abc"));
         assert_eq!(r.iter().filter(|(k, _)| k == "cloud.region").count(), 1);
         let r = resource(&[], &[], Some("4f1e2d\n"));
         assert_eq!(
