@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::{exchange, get};
+use super::get;
 
 /// The emulator: moto and the front, killed on drop.
 pub struct Emulator {
@@ -65,15 +65,7 @@ impl Emulator {
     }
 
     pub fn fault(&self, fault: &str) {
-        let raw = format!(
-            "POST /_fault HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{fault}",
-            fault.len()
-        );
-        let answer = exchange(self.port, &raw).unwrap();
-        assert!(
-            answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200"),
-            "{answer}"
-        );
+        super::tell(self.port, "/_fault", fault);
     }
 
     /// Every PutMetricData moto accepted for `namespace`, each with its data as sent

@@ -703,6 +703,20 @@ pub fn exchange(port: u16, raw: &str) -> std::io::Result<String> {
     exchange_at(([127, 0, 0, 1], port).into(), raw)
 }
 
+/// POSTs `body` to a test stand-in's control `path` on 127.0.0.1 (a fault to inject,
+/// a mode to answer in), which must answer 200.
+pub fn tell(port: u16, path: &str, body: &str) {
+    let raw = format!(
+        "POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let answer = exchange(port, &raw).unwrap();
+    assert!(
+        answer.starts_with("HTTP/1.1 200") || answer.starts_with("HTTP/1.0 200"),
+        "{path} {body}: {answer}"
+    );
+}
+
 fn exchange_at(addr: SocketAddr, raw: &str) -> std::io::Result<String> {
     let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
     stream.set_read_timeout(Some(Duration::from_secs(10)))?;

@@ -9,8 +9,6 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use super::exchange;
-
 /// The stand-in, killed on drop.
 pub struct Collector {
     child: Child,
@@ -53,12 +51,7 @@ impl Collector {
 
     /// How it answers from now on: `ok`, `status N`, `partial N`, `slow S`.
     pub fn mode(&self, mode: &str) {
-        let raw = format!(
-            "POST /_mode HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{mode}",
-            mode.len()
-        );
-        let answer = exchange(self.port, &raw).unwrap();
-        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        super::tell(self.port, "/_mode", mode);
     }
 
     /// Every export decoded so far; panics on a body the decoder refused.

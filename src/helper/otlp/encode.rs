@@ -177,7 +177,7 @@ mod tests {
         }
     }
 
-    fn bytes<'a>(data: &'a [u8], n: u32) -> &'a [u8] {
+    fn bytes(data: &[u8], n: u32) -> &[u8] {
         match field(data, n) {
             Some(Field::Bytes(b)) => b,
             other => panic!("field {n}: {other:?}"),
