@@ -10,7 +10,8 @@
 #
 # The build is reproducible for one toolchain: the record names the rustc it was built
 # with, and another rustc makes other bytes. Works in a clone of the repository (the
-# commit is checked out in a worktree of its own under target/, removed afterwards).
+# commit is checked out in a worktree of its own in a temporary directory, outside the
+# clone, removed afterwards; the build goes to target/verify-VERSION/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -49,12 +50,15 @@ fi
 
 root="$(realpath "${CARGO_TARGET_DIR:-target}")"
 work="$root/verify-$version"
-tree="$work/tree"
 rm -rf "$work"
 mkdir -p "$work"
+# The commit's tree goes outside this checkout: cargo reads every .cargo/config.toml
+# from the build's directory up to /, so a tree inside it would build with this
+# checkout's settings (its linker and flags) on top of the commit's own, and other bytes.
+tree="$(mktemp -d "${TMPDIR:-/tmp}/lifeguard-verify-$version.XXXXXX")"
 git worktree prune
 git worktree add --detach "$tree" "$commit" >/dev/null
-trap 'git worktree remove --force "$tree" >/dev/null 2>&1 || true' EXIT
+trap 'git worktree remove --force "$tree" >/dev/null 2>&1 || true; rm -rf "$tree"' EXIT
 printf '%s\n' "$sums" > "$work/SHA256SUMS"
 
 if [ "$#" -eq 0 ]; then
