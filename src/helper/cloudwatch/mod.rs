@@ -7,6 +7,7 @@
 //! - `emf`: the same batch as an Embedded Metric Format record (pure)
 //! - `emf_writer`: where the records go: the CloudWatch agent, or stdout
 //! - `outcome`: how a call ended, as the Desk counts it
+//! - `put`: what every way out implements (the SDK client, the EMF writer, OTLP)
 //!
 //! It never hurts supervision: it runs on a thread of its own, at most one call is in
 //! flight (a hung endpoint costs late data, never a queue of calls), every call has an
@@ -20,9 +21,8 @@ pub mod emf;
 pub mod emf_writer;
 pub mod outcome;
 pub mod plan;
+pub mod put;
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -49,15 +49,7 @@ const LOGGED_SAMPLES: usize = 600;
 /// A summary of ongoing failures at most this often.
 const SUMMARY_EVERY: Duration = Duration::from_secs(60);
 
-/// One call's outcome, or why it failed (for the counter and the log).
-pub type PutResult = Result<(), (Outcome, String)>;
-/// A call under way.
-pub type PutCall = Pin<Box<dyn Future<Output = PutResult> + Send>>;
-
-/// Sends one batch; the SDK client in production, a recorder in tests.
-pub trait Put: Send + Sync + 'static {
-    fn put(&self, batch: Vec<Datum>) -> PutCall;
-}
+pub use put::{Put, PutCall, PutResult};
 
 /// Logs failures without flooding: the first one, a summary now and then while they
 /// go on, and the recovery. Pure.

@@ -21,7 +21,7 @@ use hyper::body::Bytes;
 
 use crate::helper::cloudwatch::outcome::Outcome;
 use crate::helper::cloudwatch::plan::Datum;
-use crate::helper::cloudwatch::{Put, PutCall, PutResult};
+use crate::helper::cloudwatch::put::{Put, PutCall, PutResult};
 use crate::helper::desk::Desk;
 use crate::helper::http_client;
 use crate::helper::metrics::prometheus;
