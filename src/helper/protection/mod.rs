@@ -70,10 +70,13 @@ async fn run(config: Protection, desk: Arc<Desk>) {
             let sent = Instant::now();
             let answer = agent::call(&config.endpoint, ask).await;
             let now = Instant::now();
-            for said in rule.answered(ask, sent, answer, now, jitter()) {
+            let said = rule.answered(ask, sent, answer, now, jitter());
+            // The Board first, then the lines: whoever reads a line (a person, a stop
+            // that follows it) finds the Board already saying what the line says.
+            desk.board.set_protected_until(rule.protected_until(now));
+            for said in said {
                 tell(said, &expires);
             }
-            desk.board.set_protected_until(rule.protected_until(now));
             continue;
         }
         let wake = rule.next_wake(now);
