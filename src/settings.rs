@@ -220,6 +220,9 @@ pub struct Otlp {
     /// The resource attributes the user gave (`OTEL_RESOURCE_ATTRIBUTES`, with
     /// `OTEL_SERVICE_NAME` as `service.name`): they win over what lifeguard learns.
     pub resource: Vec<(String, String)>,
+    /// Sign each export with SigV4 for CloudWatch's OTLP endpoint in this region: set
+    /// when the endpoint is CloudWatch's own and no `Authorization` header is given.
+    pub sigv4_region: Option<String>,
 }
 
 /// The CloudWatch agent's EMF listener, as AWS's embedded-metrics libraries name it:

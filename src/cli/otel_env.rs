@@ -89,11 +89,22 @@ pub fn from_env(lookup: &impl Fn(&str) -> Option<String>) -> Result<Otlp, String
         resource.retain(|(k, _)| k != "service.name");
         resource.push(("service.name".into(), name.trim().to_string()));
     }
+    // A bearer token (CloudWatch's API keys) or any other Authorization the user gives
+    // is theirs to send; otherwise CloudWatch's own endpoint gets a SigV4 signature.
+    let authorized = headers
+        .iter()
+        .any(|(k, _)| k.eq_ignore_ascii_case("authorization"));
+    let sigv4_region = endpoint
+        .host()
+        .and_then(cloudwatch_region)
+        .filter(|_| !authorized)
+        .map(str::to_string);
     Ok(Otlp {
         endpoint,
         headers,
         timeout,
         resource,
+        sigv4_region,
     })
 }
 
@@ -116,14 +127,44 @@ fn endpoint_of(name: &str, url: &str) -> Result<hyper::Uri, String> {
     let uri: hyper::Uri = url
         .parse()
         .map_err(|_| format!("{name} '{url}' cannot be used: {form}"))?;
+    let Some(host) = uri.host().filter(|h| !h.is_empty()) else {
+        return Err(format!("{name} '{url}' cannot be used: {form}"));
+    };
+    let cloudwatch = cloudwatch_region(host).is_some();
     match uri.scheme_str() {
-        Some("http") if uri.host().is_some_and(|h| !h.is_empty()) => Ok(uri),
+        Some("http") if cloudwatch => Err(format!(
+            "{name} '{url}': CloudWatch's OTLP endpoint takes https only, like \
+             https://{host}/v1/metrics"
+        )),
+        Some("http") => Ok(uri),
+        Some("https") if cfg!(feature = "cloudwatch-api") => Ok(uri),
+        Some("https") if cloudwatch => Err(format!(
+            "{name} '{url}': CloudWatch's OTLP endpoint needs TLS and a SigV4 signature, \
+             which this build (without the AWS SDK) does not have: use the full build, or \
+             send to a CloudWatch agent or ADOT collector beside the app \
+             (http://localhost:4318), which signs and forwards"
+        )),
         Some("https") => Err(format!(
-            "{name} '{url}': https is not offered yet: send to a collector's http:// endpoint \
-             (a sidecar or the node's agent), which forwards over TLS"
+            "{name} '{url}': this build (without the AWS SDK) has no TLS: use the full \
+             build, or send to a collector's http:// endpoint (a sidecar or the node's \
+             agent), which forwards over TLS"
         )),
         _ => Err(format!("{name} '{url}' cannot be used: {form}")),
     }
+}
+
+/// The region of CloudWatch's OTLP endpoint at `host` (`monitoring.<region>.amazonaws.com`,
+/// or `.amazonaws.com.cn` in China), or None for any other host. Pure.
+pub fn cloudwatch_region(host: &str) -> Option<&str> {
+    let rest = host.strip_prefix("monitoring.")?;
+    let region = rest
+        .strip_suffix(".amazonaws.com")
+        .or_else(|| rest.strip_suffix(".amazonaws.com.cn"))?;
+    let valid = !region.is_empty()
+        && region
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+    valid.then_some(region)
 }
 
 /// `%XX` escapes decoded (the W3C Baggage form the specification names for these lists).
@@ -200,6 +241,28 @@ mod tests {
     }
 
     #[test]
+    fn only_cloudwatchs_own_hosts_are_signed_for() {
+        assert_eq!(
+            cloudwatch_region("monitoring.us-east-1.amazonaws.com"),
+            Some("us-east-1")
+        );
+        assert_eq!(
+            cloudwatch_region("monitoring.cn-north-1.amazonaws.com.cn"),
+            Some("cn-north-1")
+        );
+        for other in [
+            "collector",
+            "monitoring.amazonaws.com",
+            "logs.us-east-1.amazonaws.com",
+            "monitoring.us-east-1.amazonaws.com.evil.example",
+            "monitoring.US-EAST-1.amazonaws.com",
+            "xmonitoring.us-east-1.amazonaws.com",
+        ] {
+            assert_eq!(cloudwatch_region(other), None, "{other}");
+        }
+    }
+
+    #[test]
     fn the_endpoint_follows_the_specifications_rules() {
         let url = |pairs: &[(&str, &str)]| read(pairs).unwrap().endpoint.to_string();
         assert_eq!(url(&[]), "http://localhost:4318/v1/metrics");
@@ -219,6 +282,38 @@ mod tests {
             ]),
             "http://[::1]:9/m"
         );
+    }
+
+    #[test]
+    fn cloudwatchs_endpoint_is_signed_unless_the_user_authorizes_and_needs_the_full_build() {
+        let cloudwatch = "https://monitoring.eu-west-1.amazonaws.com/v1/metrics";
+        let read_cw = |extra: &[(&str, &str)]| {
+            let mut pairs = vec![("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", cloudwatch)];
+            pairs.extend_from_slice(extra);
+            read(&pairs)
+        };
+        let collector = read(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")]);
+        assert_eq!(collector.unwrap().sigv4_region, None);
+        if cfg!(feature = "cloudwatch-api") {
+            assert_eq!(
+                read_cw(&[]).unwrap().sigv4_region.as_deref(),
+                Some("eu-west-1")
+            );
+            // A bearer token (an API key) is the user's way in: sent, not signed over.
+            let bearer = read_cw(&[("OTEL_EXPORTER_OTLP_HEADERS", "Authorization=Bearer%20k")]);
+            assert_eq!(bearer.unwrap().sigv4_region, None);
+            // Any other https endpoint is taken, unsigned.
+            let other = read(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "https://otlp.example")]);
+            assert_eq!(other.unwrap().sigv4_region, None);
+        } else {
+            let err = read_cw(&[]).unwrap_err();
+            assert!(
+                err.contains("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") && err.contains("SigV4"),
+                "{err}"
+            );
+            let err = read(&[("OTEL_EXPORTER_OTLP_ENDPOINT", "https://otlp.example")]);
+            assert!(err.unwrap_err().contains("has no TLS"));
+        }
     }
 
     #[test]
@@ -280,10 +375,10 @@ mod tests {
             (
                 vec![(
                     "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-                    "https://monitoring.us-east-1.amazonaws.com/v1/metrics",
+                    "http://monitoring.us-east-1.amazonaws.com/v1/metrics",
                 )],
                 "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-                "https is not offered",
+                "takes https only",
             ),
             (
                 vec![("OTEL_EXPORTER_OTLP_HEADERS", "api-key")],

@@ -19,6 +19,8 @@ pub mod metrics;
 pub mod otlp;
 pub mod protection;
 pub mod threads;
+#[cfg(feature = "cloudwatch-api")]
+pub mod tls;
 
 use std::convert::Infallible;
 use std::time::Duration;

@@ -27,19 +27,15 @@ use super::{Config, Put, PutCall};
 /// How long the instance metadata address may take to answer, per lookup (no retry).
 const IMDS_TIMEOUT: Duration = Duration::from_secs(1);
 
-pub struct Client {
-    sdk: aws_sdk_cloudwatch::Client,
-    namespace: String,
-    dimensions: Vec<Dimension>,
+/// Where the SDK looks for credentials and the region, and the client it asks with.
+struct Sources {
+    http: aws_sdk_cloudwatch::config::SharedHttpClient,
+    providers: ProviderConfig,
+    imds: aws_config::imds::Client,
 }
 
-impl Client {
-    /// Loads the SDK's configuration. Fails (with the reason) only when there is no
-    /// region: credentials are looked up per call, so a task whose role arrives late
-    /// still publishes once it has one.
-    pub async fn connect(config: &Config) -> Result<Client, String> {
-        let operation = operation_timeout(config.interval);
-        let attempt = operation / 2;
+impl Sources {
+    fn new() -> Sources {
         let http = aws_smithy_http_client::Builder::new()
             .tls_provider(tls::Provider::Rustls(CryptoMode::Ring))
             .build_https();
@@ -54,6 +50,52 @@ impl Client {
             .connect_timeout(IMDS_TIMEOUT)
             .read_timeout(IMDS_TIMEOUT)
             .build();
+        Sources {
+            http,
+            providers,
+            imds,
+        }
+    }
+}
+
+async fn credential_chain(
+    providers: ProviderConfig,
+    imds: aws_config::imds::Client,
+) -> DefaultCredentialsChain {
+    DefaultCredentialsChain::builder()
+        .configure(providers)
+        .imds_client(imds)
+        .build()
+        .await
+}
+
+/// The SDK's default credential chain, as PutMetricData uses it (what ECS gives a task,
+/// web identity on EKS, the environment, profiles, instance metadata asked once).
+pub async fn credentials() -> DefaultCredentialsChain {
+    let Sources {
+        providers, imds, ..
+    } = Sources::new();
+    credential_chain(providers, imds).await
+}
+
+pub struct Client {
+    sdk: aws_sdk_cloudwatch::Client,
+    namespace: String,
+    dimensions: Vec<Dimension>,
+}
+
+impl Client {
+    /// Loads the SDK's configuration. Fails (with the reason) only when there is no
+    /// region: credentials are looked up per call, so a task whose role arrives late
+    /// still publishes once it has one.
+    pub async fn connect(config: &Config) -> Result<Client, String> {
+        let operation = operation_timeout(config.interval);
+        let attempt = operation / 2;
+        let Sources {
+            http,
+            providers,
+            imds,
+        } = Sources::new();
         let region = RegionProviderChain::first_try(EnvironmentVariableRegionProvider::new())
             .or_else(
                 aws_config::profile::region::ProfileFileRegionProvider::builder()
@@ -66,11 +108,7 @@ impl Client {
                     .imds_client(imds.clone())
                     .build(),
             );
-        let credentials = DefaultCredentialsChain::builder()
-            .configure(providers)
-            .imds_client(imds)
-            .build()
-            .await;
+        let credentials = credential_chain(providers, imds).await;
         let sdk_config = aws_config::defaults(BehaviorVersion::latest())
             .http_client(http)
             .region(region)
@@ -169,7 +207,7 @@ where
 
 /// The SDK's "no credentials found in chain. Attempted:" error, which lists each source
 /// on a line of its own, as one line: the sources by name, and what to set.
-fn no_credentials(text: &str) -> Option<String> {
+pub fn no_credentials(text: &str) -> Option<String> {
     // When the chain reaches instance metadata and that cannot be asked (no IMDS: a
     // laptop, a CI runner, a container without a route to it), the SDK reports the
     // IMDS failure instead of "no credentials found", though every source before it

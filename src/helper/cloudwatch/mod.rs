@@ -254,7 +254,7 @@ async fn connect(config: &Config, desk: &Arc<Desk>) -> Result<Arc<dyn Put>, Stri
     match &config.sink {
         Sink::Otlp(otlp) => {
             let timeout = operation_timeout(config.interval);
-            let exporter = crate::helper::otlp::Exporter::new(otlp, desk.clone(), timeout);
+            let exporter = crate::helper::otlp::Exporter::new(otlp, desk.clone(), timeout).await;
             Ok(Arc::new(exporter) as Arc<dyn Put>)
         }
         Sink::Emf(agent) => {

@@ -4,6 +4,7 @@
 //!
 //! - `proto`: the protobuf wire format, by hand (pure)
 //! - `encode`: a snapshot as an `ExportMetricsServiceRequest` (pure)
+//! - `sigv4`: the signature CloudWatch's own OTLP endpoint asks for (full build)
 //!
 //! No retry, though the OTLP specification allows one for 429, 502, 503 and 504: every
 //! counter and the histogram are cumulative, so the next export carries whatever a lost
@@ -13,6 +14,8 @@
 
 pub mod encode;
 pub mod proto;
+#[cfg(feature = "cloudwatch-api")]
+pub mod sigv4;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -43,6 +46,9 @@ pub struct Exporter {
     /// The start of every cumulative stream, Unix nanoseconds: when this exporter began.
     start: u64,
     desk: Arc<Desk>,
+    /// CloudWatch's own endpoint: each export signed.
+    #[cfg(feature = "cloudwatch-api")]
+    signer: Option<Arc<sigv4::Signer>>,
 }
 
 fn unix_nanos(at: SystemTime) -> u64 {
@@ -53,7 +59,12 @@ fn unix_nanos(at: SystemTime) -> u64 {
 impl Exporter {
     /// Exports to `config`'s collector, each call within `timeout` too (the
     /// publisher's bound).
-    pub fn new(config: &Otlp, desk: Arc<Desk>, timeout: Duration) -> Exporter {
+    pub async fn new(config: &Otlp, desk: Arc<Desk>, timeout: Duration) -> Exporter {
+        #[cfg(feature = "cloudwatch-api")]
+        let signer = match &config.sigv4_region {
+            Some(region) => Some(Arc::new(sigv4::Signer::new(region).await)),
+            None => None,
+        };
         Exporter {
             endpoint: config.endpoint.clone(),
             headers: Arc::new(config.headers.clone()),
@@ -62,9 +73,47 @@ impl Exporter {
             hostname: std::fs::read_to_string("/proc/sys/kernel/hostname").ok(),
             start: unix_nanos(SystemTime::now()),
             desk,
+            #[cfg(feature = "cloudwatch-api")]
+            signer,
         }
     }
 }
+
+/// The request's headers besides the ones the HTTP client always sends: the user's,
+/// and for CloudWatch's endpoint the signature over those, the host and the body.
+#[cfg(feature = "cloudwatch-api")]
+async fn headers(
+    signer: Option<&sigv4::Signer>,
+    endpoint: &hyper::Uri,
+    user: &[(String, String)],
+    body: &[u8],
+) -> Result<Vec<(String, String)>, String> {
+    let mut headers = user.to_vec();
+    let Some(signer) = signer else {
+        return Ok(headers);
+    };
+    // Signed as the client sends them: the host as the URL names it, the type.
+    let host = endpoint.authority().map_or("", |a| a.as_str());
+    let mut signed = vec![
+        ("host".to_string(), host.to_string()),
+        ("content-type".to_string(), CONTENT_TYPE.to_string()),
+    ];
+    signed.extend(user.iter().cloned());
+    headers.extend(signer.headers("POST", endpoint, &signed, body).await?);
+    Ok(headers)
+}
+
+#[cfg(not(feature = "cloudwatch-api"))]
+async fn headers(
+    _signer: Option<&()>,
+    _endpoint: &hyper::Uri,
+    user: &[(String, String)],
+    _body: &[u8],
+) -> Result<Vec<(String, String)>, String> {
+    Ok(user.to_vec())
+}
+
+const CONTENT_TYPE: &str = "application/x-protobuf";
 
 /// The resource's attributes: what lifeguard learned, then the user's, which win; a
 /// `service.name` always (OpenTelemetry's default, `unknown_service:` and the
@@ -103,17 +152,28 @@ impl Put for Exporter {
             self.hostname.as_deref(),
         );
         let body = encode::request(&resource, prometheus::families(&snapshot), self.start, now);
-        let (endpoint, headers, timeout) =
-            (self.endpoint.clone(), self.headers.clone(), self.timeout);
+        let (endpoint, user, timeout) = (self.endpoint.clone(), self.headers.clone(), self.timeout);
+        #[cfg(feature = "cloudwatch-api")]
+        let signer = self.signer.clone();
+        #[cfg(not(feature = "cloudwatch-api"))]
+        let signer: Option<Arc<()>> = None;
         Box::pin(async move {
-            let sent = http_client::send(
-                hyper::Method::POST,
-                &endpoint,
-                Some("application/x-protobuf"),
-                &headers,
-                Bytes::from(body),
-                MAX_ANSWER,
-            );
+            let signed = signer.is_some();
+            let sent = async {
+                let headers = headers(signer.as_deref(), &endpoint, &user, &body)
+                    .await
+                    .map_err(|reason| (Outcome::Error, reason))?;
+                http_client::send(
+                    hyper::Method::POST,
+                    &endpoint,
+                    Some(CONTENT_TYPE),
+                    &headers,
+                    Bytes::from(body),
+                    MAX_ANSWER,
+                )
+                .await
+                .map_err(|reason| (Outcome::Error, reason))
+            };
             match tokio::time::timeout(timeout, sent).await {
                 Err(_) => Err((
                     Outcome::Timeout,
@@ -122,8 +182,8 @@ impl Put for Exporter {
                         crate::seconds::human(timeout)
                     ),
                 )),
-                Ok(Err(reason)) => Err((Outcome::Error, reason)),
-                Ok(Ok((status, answer))) => judge(status, &answer),
+                Ok(Err(failed)) => Err(failed),
+                Ok(Ok((status, answer))) => judge(status, &answer, signed),
             }
         })
     }
@@ -131,8 +191,15 @@ impl Put for Exporter {
 
 /// A collector's answer, judged: 2xx is taken unless its `partial_success` says data
 /// points were rejected; 429 and 503 are throttling; the rest an error, with the
-/// collector's own reason (a `google.rpc.Status` message, or the text it sent). Pure.
-pub fn judge(status: u16, answer: &[u8]) -> PutResult {
+/// collector's own reason (a `google.rpc.Status` message, or the text it sent).
+/// `cloudwatch`: the answer is CloudWatch's own endpoint's, and a refusal for want of
+/// permission says which IAM action to grant. Pure.
+pub fn judge(status: u16, answer: &[u8], cloudwatch: bool) -> PutResult {
+    let who = if cloudwatch {
+        "CloudWatch"
+    } else {
+        "the collector"
+    };
     let string = |data: &[u8], n: u32| match proto::field(data, n) {
         Some(Field::Bytes(b)) => std::str::from_utf8(b).ok().map(str::to_string),
         _ => None,
@@ -147,7 +214,7 @@ pub fn judge(status: u16, answer: &[u8]) -> PutResult {
             Some(Field::Number(n)) if n > 0 => Err((
                 Outcome::Error,
                 format!(
-                    "the collector rejected {n} data points: {}",
+                    "{who} rejected {n} data points: {}",
                     string(partial, 2).unwrap_or_default()
                 ),
             )),
@@ -164,12 +231,16 @@ pub fn judge(status: u16, answer: &[u8]) -> PutResult {
         429 | 503 => Outcome::Throttled,
         _ => Outcome::Error,
     };
-    Err((
-        outcome,
-        format!("the collector answered {status}: {reason}")
-            .trim_end_matches([':', ' '])
-            .to_string(),
-    ))
+    let mut line = format!("{who} answered {status}: {reason}")
+        .trim_end_matches([':', ' '])
+        .to_string();
+    let denied = ["AccessDenied", "not authorized"]
+        .iter()
+        .any(|w| reason.contains(w));
+    if cloudwatch && status == 403 && denied {
+        line.push_str(": grant the task's IAM role cloudwatch:PutMetricData");
+    }
+    Err((outcome, line))
 }
 
 #[cfg(test)]
@@ -179,12 +250,12 @@ mod tests {
 
     #[test]
     fn answers_are_judged_as_the_otlp_specification_reads_them() {
-        assert_eq!(judge(200, &[]), Ok(()));
+        assert_eq!(judge(200, &[], false), Ok(()));
         let mut partial = Message::default();
         partial.uint(1, 3).string(2, "name too long");
         let mut answer = Message::default();
         answer.message(1, &partial);
-        let (outcome, reason) = judge(200, &answer.0).unwrap_err();
+        let (outcome, reason) = judge(200, &answer.0, false).unwrap_err();
         assert_eq!(outcome, Outcome::Error);
         assert_eq!(
             reason,
@@ -195,27 +266,41 @@ mod tests {
         none.uint(1, 0).string(2, "fine");
         let mut answer = Message::default();
         answer.message(1, &none);
-        assert_eq!(judge(200, &answer.0), Ok(()));
+        assert_eq!(judge(200, &answer.0, false), Ok(()));
         let mut status = Message::default();
         status.uint(1, 8).string(2, "over the limit");
         assert_eq!(
-            judge(429, &status.0),
+            judge(429, &status.0, false),
             Err((
                 Outcome::Throttled,
                 "the collector answered 429: over the limit".into()
             ))
         );
         assert_eq!(
-            judge(400, b"bad request: unknown field\n"),
+            judge(400, b"bad request: unknown field\n", false),
             Err((
                 Outcome::Error,
                 "the collector answered 400: bad request: unknown field".into()
             ))
         );
         assert_eq!(
-            judge(502, b""),
+            judge(502, b"", false),
             Err((Outcome::Error, "the collector answered 502".into()))
         );
+        // CloudWatch's refusal for want of permission names the action to grant; one
+        // for another cause (a clock far off) does not.
+        let denied = br#"{"__type":"AccessDeniedException","message":"User: arn:aws:sts::1:assumed-role/web is not authorized to perform: cloudwatch:PutMetricData"}"#;
+        let (outcome, line) = judge(403, denied, true).unwrap_err();
+        assert_eq!(outcome, Outcome::Error);
+        assert!(line.starts_with("CloudWatch answered 403: "), "{line}");
+        assert!(
+            line.ends_with(": grant the task's IAM role cloudwatch:PutMetricData"),
+            "{line}"
+        );
+        let skew = b"Signature expired: 20251206T054640Z is now earlier than 20251206T060140Z";
+        let (_, line) = judge(403, skew, true).unwrap_err();
+        assert!(!line.contains("grant"), "{line}");
+        assert_eq!(judge(429, b"", true).unwrap_err().0, Outcome::Throttled);
     }
 
     #[test]
