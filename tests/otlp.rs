@@ -249,7 +249,7 @@ fn every_figure_arrives_as_the_type_it_is_with_its_unit_and_the_tasks_resource()
 
 #[test]
 fn a_collector_that_fails_costs_data_only_and_says_so_once_a_spell() {
-    let collector = Collector::start();
+    let mut collector = Collector::start();
     collector.mode("status 500");
     let (mut run, _) = exporting(&collector.base(), free_port(), &[]);
     let first = run.expect_log("OTLP export to the collector failed");
@@ -365,4 +365,210 @@ fn unusable_variables_stop_the_start_naming_the_variable_and_the_form() {
         said.contains("METRICS_DIMENSIONS ignored: METRICS_SINK=otlp"),
         "{said}"
     );
+}
+
+/// CloudWatch's OTLP endpoint as lifeguard is pointed at it (its real name, https),
+/// played by the stand-in: that name resolves to 127.0.0.1 in lifeguard's own mount
+/// namespace only (a hosts file bound over /etc/hosts), and the stand-in's CA is the
+/// one lifeguard trusts (SSL_CERT_FILE, which the system store honours).
+struct CloudWatchEndpoint {
+    collector: Collector,
+    dir: std::path::PathBuf,
+    url: String,
+}
+
+const CLOUDWATCH: &str = "monitoring.us-east-1.amazonaws.com";
+const KEY_ID: &str = "AKIALIFEGUARDTEST";
+const SECRET: &str = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY";
+
+impl CloudWatchEndpoint {
+    fn start() -> CloudWatchEndpoint {
+        let dir = std::env::temp_dir().join(format!("lifeguard-otlp-cw-{}", free_port()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let key = format!("{KEY_ID}={SECRET}");
+        let collector =
+            Collector::cloudwatch(CLOUDWATCH, "us-east-1", &[&key], &dir.join("ca.pem"));
+        std::fs::write(
+            dir.join("hosts"),
+            format!("127.0.0.1 localhost\n127.0.0.1 {CLOUDWATCH}\n"),
+        )
+        .unwrap();
+        let url = format!("https://{CLOUDWATCH}:{}/v1/metrics", collector.port);
+        CloudWatchEndpoint {
+            collector,
+            dir,
+            url,
+        }
+    }
+
+    /// lifeguard as PID 1 exporting to the endpoint every second with `credentials`
+    /// (the AWS_* variables; nothing else is there to find: no profile, no instance
+    /// metadata).
+    fn lifeguard(&self, credentials: &[(&str, &str)]) -> Run {
+        let hosts = self.dir.join("hosts");
+        let bind = format!("mount --bind {} /etc/hosts && exec \"$@\"", hosts.display());
+        let app = free_port().to_string();
+        let (ca, home, url) = (self.dir.join("ca.pem"), self.dir.clone(), self.url.clone());
+        let credentials: Vec<(String, String)> = credentials
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let run = start_under_with(
+            Mode::Pid1,
+            &["sh", "-c", &bind, "sh"],
+            &args(
+                &["-v", "--drain-delay", "0", "--inflight-port", &app],
+                &["--http", &app],
+            ),
+            move |cmd| {
+                for name in [
+                    "AWS_ACCESS_KEY_ID",
+                    "AWS_SECRET_ACCESS_KEY",
+                    "AWS_SESSION_TOKEN",
+                    "AWS_PROFILE",
+                ] {
+                    cmd.env_remove(name);
+                }
+                cmd.env("METRICS_SINK", "otlp")
+                    .env("METRICS_INTERVAL", "1")
+                    .env("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", url)
+                    .env("SSL_CERT_FILE", ca)
+                    .env("HOME", &home)
+                    .env("AWS_CONFIG_FILE", home.join("no-config"))
+                    .env("AWS_SHARED_CREDENTIALS_FILE", home.join("no-credentials"))
+                    .env("AWS_EC2_METADATA_DISABLED", "true");
+                for (k, v) in credentials {
+                    cmd.env(k, v);
+                }
+            },
+        );
+        run.ready();
+        run
+    }
+}
+
+/// Whether the binary under test can sign for CloudWatch. The build without the AWS
+/// SDK (scripts/test-slim.sh runs these tests against it) cannot, and must refuse
+/// CloudWatch's endpoint at the start, naming the variable and saying why: that is
+/// checked here, and the caller then has nothing more to test.
+fn signs_for_cloudwatch() -> bool {
+    let out = lifeguard()
+        .args(["--listen", "off", "--drain-delay", "0", "--", "true"])
+        .env("METRICS_SINK", "otlp")
+        .env(
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+            format!("https://{CLOUDWATCH}/v1/metrics"),
+        )
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    if !said.contains("without the AWS SDK") {
+        return true;
+    }
+    assert_eq!(out.status.code(), Some(2), "{said}");
+    assert!(
+        said.contains("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") && said.contains("SigV4"),
+        "{said}"
+    );
+    eprintln!(
+        "the build without the AWS SDK: CloudWatch's endpoint refused at the start, as it must be"
+    );
+    false
+}
+
+impl Drop for CloudWatchEndpoint {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[test]
+fn straight_to_cloudwatch_each_export_is_signed_and_botocore_verifies_it() {
+    if !signs_for_cloudwatch() {
+        return;
+    }
+    let mut endpoint = CloudWatchEndpoint::start();
+    let mut run = endpoint.lifeguard(&[
+        ("AWS_ACCESS_KEY_ID", KEY_ID),
+        ("AWS_SECRET_ACCESS_KEY", SECRET),
+        ("AWS_SESSION_TOKEN", "session-token-of-the-task-role"),
+    ]);
+    // Every export arrives over TLS, signed for monitoring in us-east-1 with the task's
+    // temporary credentials; botocore, recomputing the signature, finds it right.
+    let export = endpoint.collector.wait_for(Duration::from_secs(20), |e| {
+        metric(e, "lifeguard_requests_in_flight").is_some()
+    });
+    assert_eq!(export["sigv4"], "verified", "{export}");
+    let headers = &export["headers"];
+    assert_eq!(
+        headers["x-amz-security-token"],
+        "session-token-of-the-task-role"
+    );
+    let authorization = headers["authorization"].as_str().unwrap();
+    assert!(
+        authorization.contains(&format!("Credential={KEY_ID}/"))
+            && authorization.contains("/us-east-1/monitoring/aws4_request"),
+        "{authorization}"
+    );
+    assert_eq!(
+        headers["host"],
+        format!("{CLOUDWATCH}:{}", endpoint.collector.port)
+    );
+    // Refused for want of permission: the line names the action to grant.
+    endpoint.collector.mode("deny");
+    let denied = run.expect_log("OTLP export to CloudWatch failed");
+    assert!(
+        denied.contains("CloudWatch answered 403")
+            && denied.contains("grant the task's IAM role cloudwatch:PutMetricData"),
+        "{denied}"
+    );
+    endpoint.collector.mode("ok");
+    run.expect_log("OTLP export to CloudWatch works again");
+    run.signal(libc::SIGTERM);
+    run.expect_exit(0);
+    assert!(
+        endpoint
+            .collector
+            .exports()
+            .iter()
+            .all(|e| e["sigv4"] == "verified"),
+        "an export was not signed right"
+    );
+}
+
+#[test]
+fn straight_to_cloudwatch_wrong_or_missing_credentials_are_named_and_cost_data_only() {
+    if !signs_for_cloudwatch() {
+        return;
+    }
+    let endpoint = CloudWatchEndpoint::start();
+    // A secret that is not the key's: the stand-in's check (botocore's) refuses it, and
+    // the line says so.
+    let mut run = endpoint.lifeguard(&[
+        ("AWS_ACCESS_KEY_ID", KEY_ID),
+        ("AWS_SECRET_ACCESS_KEY", "not-the-secret"),
+    ]);
+    let line = run.expect_log("OTLP export to CloudWatch failed");
+    assert!(
+        line.contains("CloudWatch answered 403") && line.contains("SignatureDoesNotMatch"),
+        "{line}"
+    );
+    assert!(!line.contains("grant"), "{line}");
+    assert!(endpoint
+        .collector
+        .exports()
+        .iter()
+        .all(|e| e["sigv4"] == "SignatureDoesNotMatch"));
+    run.signal(libc::SIGTERM);
+    run.expect_exit(0);
+    // None at all: nothing is sent, and the line says where lifeguard looked and what
+    // to set; the app runs and stops as ever.
+    let sent_before = endpoint.collector.exports().len();
+    let mut run = endpoint.lifeguard(&[]);
+    let line = run.expect_log("OTLP export to CloudWatch failed");
+    assert!(line.contains("no AWS credentials found (tried: "), "{line}");
+    assert!(line.contains("give the task an IAM role"), "{line}");
+    run.signal(libc::SIGTERM);
+    run.expect_exit(0);
+    assert_eq!(endpoint.collector.exports().len(), sent_before);
 }

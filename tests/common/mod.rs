@@ -297,6 +297,16 @@ pub fn no_engine_here() -> Vec<String> {
 /// As PID 1 the wrapper runs inside `unshare`, which would otherwise undo some of it
 /// (it resets SIGCHLD to wait for its child).
 pub fn start_under(mode: Mode, wrapper: &[&str], args: &[&str]) -> Run {
+    start_under_with(mode, wrapper, args, |_| {})
+}
+
+/// As `start_under`; `tweak` may then set the environment and so on.
+pub fn start_under_with(
+    mode: Mode,
+    wrapper: &[&str],
+    args: &[&str],
+    tweak: impl FnOnce(&mut Command),
+) -> Run {
     let wrapper: Vec<String> = wrapper.iter().map(|s| s.to_string()).collect();
     start_with(mode, args, move |c| {
         let program = c.get_program().to_owned();
@@ -329,6 +339,7 @@ pub fn start_under(mode: Mode, wrapper: &[&str], args: &[&str]) -> Run {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
+        tweak(&mut wrapped);
         *c = wrapped;
     })
 }

@@ -1,7 +1,7 @@
 //! The OTLP tests' collector: tests/support/otlp_collector.py, an OTLP/HTTP receiver that
 //! decodes each export with the opentelemetry-proto package and prints what arrived.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -14,26 +14,54 @@ pub struct Collector {
     child: Child,
     pub port: u16,
     lines: Arc<Mutex<Vec<String>>>,
+    /// The stand-in's word that a mode is taken.
+    taken: Mutex<std::sync::mpsc::Receiver<String>>,
 }
 
 impl Collector {
     pub fn start() -> Collector {
+        Collector::start_with(&[])
+    }
+
+    /// As CloudWatch's own OTLP endpoint: TLS for `name` (its CA written to `ca_out`),
+    /// each export's SigV4 signature for `region` checked by botocore, `keys`
+    /// (`ID=SECRET`) the credentials it knows.
+    pub fn cloudwatch(name: &str, region: &str, keys: &[&str], ca_out: &Path) -> Collector {
+        let mut args = vec![
+            "--tls",
+            name,
+            "--ca-out",
+            ca_out.to_str().unwrap(),
+            "--sigv4",
+            region,
+        ];
+        for key in keys {
+            args.extend(["--key", key]);
+        }
+        Collector::start_with(&args)
+    }
+
+    fn start_with(args: &[&str]) -> Collector {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/support/otlp_collector.py");
         let mut child = Command::new("python3")
             .arg(script)
-            .stdin(Stdio::null())
+            .args(args)
+            .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .expect("THIS TEST CANNOT RUN: no python3");
         let stdout = child.stdout.take().unwrap();
         let (tx, rx) = std::sync::mpsc::channel();
+        let (taken_tx, taken) = std::sync::mpsc::channel();
         let lines = Arc::new(Mutex::new(Vec::new()));
         let kept = lines.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 if let Some(port) = line.strip_prefix("ready ") {
                     let _ = tx.send(port.trim().parse::<u16>().unwrap());
+                } else if let Some(mode) = line.strip_prefix("mode ") {
+                    let _ = taken_tx.send(mode.to_string());
                 } else {
                     kept.lock().unwrap().push(line);
                 }
@@ -42,16 +70,31 @@ impl Collector {
         let port = rx.recv_timeout(Duration::from_secs(60)).unwrap_or_else(|_| {
             panic!("THIS TEST CANNOT RUN: the OTLP collector stand-in did not start (pip install -r tests/support/requirements.txt)")
         });
-        Collector { child, port, lines }
+        Collector {
+            child,
+            port,
+            lines,
+            taken: Mutex::new(taken),
+        }
     }
 
     pub fn base(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// How it answers from now on: `ok`, `status N`, `partial N`, `slow S`.
-    pub fn mode(&self, mode: &str) {
-        super::tell(self.port, "/_mode", mode);
+    /// How it answers from now on: `ok`, `status N`, `partial N`, `slow S`, `deny`
+    /// (told on its stdin, which works with TLS too; returns once it is taken).
+    pub fn mode(&mut self, mode: &str) {
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{mode}").unwrap();
+        stdin.flush().unwrap();
+        let taken = self.taken.lock().unwrap();
+        let said = taken.recv_timeout(Duration::from_secs(10));
+        assert_eq!(
+            said.as_deref(),
+            Ok(mode),
+            "the stand-in did not take the mode"
+        );
     }
 
     /// Every export decoded so far; panics on a body the decoder refused.

@@ -70,6 +70,7 @@ impl FailureLog {
             what: match sink {
                 Sink::Api => "CloudWatch PutMetricData",
                 Sink::Emf(_) => "sending EMF records to the CloudWatch agent",
+                Sink::Otlp(otlp) if otlp.sigv4_region.is_some() => "OTLP export to CloudWatch",
                 Sink::Otlp(_) => "OTLP export to the collector",
             },
             ..FailureLog::default()
