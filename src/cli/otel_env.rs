@@ -90,15 +90,20 @@ pub fn from_env(lookup: &impl Fn(&str) -> Option<String>) -> Result<Otlp, String
         resource.push(("service.name".into(), name.trim().to_string()));
     }
     // A bearer token (CloudWatch's API keys) or any other Authorization the user gives
-    // is theirs to send; otherwise CloudWatch's own endpoint gets a SigV4 signature.
-    let authorized = headers
-        .iter()
-        .any(|(k, _)| k.eq_ignore_ascii_case("authorization"));
+    // is theirs to send; otherwise CloudWatch's own endpoint gets a SigV4 signature (in
+    // the full build: the other refuses https, so CloudWatch, above).
+    #[cfg(feature = "cloudwatch-api")]
     let sigv4_region = endpoint
         .host()
         .and_then(cloudwatch_region)
-        .filter(|_| !authorized)
+        .filter(|_| {
+            !headers
+                .iter()
+                .any(|(k, _)| k.eq_ignore_ascii_case("authorization"))
+        })
         .map(str::to_string);
+    #[cfg(not(feature = "cloudwatch-api"))]
+    let sigv4_region = None;
     Ok(Otlp {
         endpoint,
         headers,
@@ -138,16 +143,10 @@ fn endpoint_of(name: &str, url: &str) -> Result<hyper::Uri, String> {
         )),
         Some("http") => Ok(uri),
         Some("https") if cfg!(feature = "cloudwatch-api") => Ok(uri),
-        Some("https") if cloudwatch => Err(format!(
-            "{name} '{url}': CloudWatch's OTLP endpoint needs TLS and a SigV4 signature, \
-             which this build (without the AWS SDK) does not have: use the full build, or \
-             send to a CloudWatch agent or ADOT collector beside the app \
-             (http://localhost:4318), which signs and forwards"
-        )),
         Some("https") => Err(format!(
-            "{name} '{url}': this build (without the AWS SDK) has no TLS: use the full \
-             build, or send to a collector's http:// endpoint (a sidecar or the node's \
-             agent), which forwards over TLS"
+            "{name} '{url}': this build (without the AWS SDK) has no TLS and no SigV4 \
+             signing for CloudWatch: use the full build, or a collector beside the app \
+             (http://localhost:4318) that forwards"
         )),
         _ => Err(format!("{name} '{url}' cannot be used: {form}")),
     }

@@ -105,88 +105,62 @@ pub async fn send(
     let port = uri.port_u16().unwrap_or(if https { 443 } else { 80 });
     let stream = connect(host, port).await?;
     let _ = stream.set_nodelay(true);
-    let exchange = Exchange {
-        method,
-        uri,
-        content_type,
-        headers,
-        body,
-        max_body,
+    // One type for either connection, so the exchange below is compiled once; the
+    // build without TLS keeps the plain stream.
+    #[cfg(feature = "cloudwatch-api")]
+    let io: Box<dyn Stream> = if https {
+        Box::new(crate::helper::tls::connect(stream, host).await?)
+    } else {
+        Box::new(stream)
     };
-    if https {
-        #[cfg(feature = "cloudwatch-api")]
-        {
-            let stream = crate::helper::tls::connect(stream, host).await?;
-            return exchange.over(TokioIo::new(stream)).await;
-        }
-        #[cfg(not(feature = "cloudwatch-api"))]
-        return Err(format!("{uri}: this build has no TLS"));
+    #[cfg(not(feature = "cloudwatch-api"))]
+    let io = match https {
+        true => return Err(format!("{uri}: this build has no TLS")),
+        false => stream,
+    };
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(io))
+        .await
+        .map_err(|e| format!("{uri}: {e}"))?;
+    crate::helper::threads::spawn(async move {
+        let _ = conn.await;
+    });
+    let path = uri.path_and_query().map_or("/", |p| p.as_str());
+    let authority = uri.authority().map_or(host, |a| a.as_str());
+    let mut request = hyper::Request::builder()
+        .method(method.clone())
+        .uri(path)
+        .header(hyper::header::HOST, authority)
+        .header(
+            hyper::header::USER_AGENT,
+            concat!("lifeguard/", env!("CARGO_PKG_VERSION")),
+        );
+    if let Some(content_type) = content_type {
+        request = request.header(hyper::header::CONTENT_TYPE, content_type);
     }
-    exchange.over(TokioIo::new(stream)).await
+    for (name, value) in headers {
+        request = request.header(name.as_str(), value.as_str());
+    }
+    let request = request
+        .body(Full::new(body))
+        .map_err(|e| format!("{uri}: {e}"))?;
+    let response = sender
+        .send_request(request)
+        .await
+        .map_err(|e| format!("{method} {uri}: {e}"))?;
+    let status = response.status().as_u16();
+    let body = Limited::new(response.into_body(), max_body)
+        .collect()
+        .await
+        .map(|b| b.to_bytes())
+        .map_err(|e| format!("{method} {uri}: reading the answer: {e}"))?;
+    Ok((status, body))
 }
 
-/// One request, to be sent over a connection made for it.
-struct Exchange<'a> {
-    method: hyper::Method,
-    uri: &'a Uri,
-    content_type: Option<&'a str>,
-    headers: &'a [(String, String)],
-    body: Bytes,
-    max_body: usize,
-}
-
-impl Exchange<'_> {
-    async fn over<T>(self, io: T) -> Result<(u16, Bytes), String>
-    where
-        T: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-    {
-        let Exchange {
-            method,
-            uri,
-            content_type,
-            headers,
-            body,
-            max_body,
-        } = self;
-        let host = uri.host().unwrap_or_default();
-        let (mut sender, conn) = hyper::client::conn::http1::handshake(io)
-            .await
-            .map_err(|e| format!("{uri}: {e}"))?;
-        crate::helper::threads::spawn(async move {
-            let _ = conn.await;
-        });
-        let path = uri.path_and_query().map_or("/", |p| p.as_str());
-        let authority = uri.authority().map_or(host, |a| a.as_str());
-        let mut request = hyper::Request::builder()
-            .method(method.clone())
-            .uri(path)
-            .header(hyper::header::HOST, authority)
-            .header(
-                hyper::header::USER_AGENT,
-                concat!("lifeguard/", env!("CARGO_PKG_VERSION")),
-            );
-        if let Some(content_type) = content_type {
-            request = request.header(hyper::header::CONTENT_TYPE, content_type);
-        }
-        for (name, value) in headers {
-            request = request.header(name.as_str(), value.as_str());
-        }
-        let request = request
-            .body(Full::new(body))
-            .map_err(|e| format!("{uri}: {e}"))?;
-        let response = sender
-            .send_request(request)
-            .await
-            .map_err(|e| format!("{method} {uri}: {e}"))?;
-        let status = response.status().as_u16();
-        let body = Limited::new(response.into_body(), max_body)
-            .collect()
-            .await
-            .map(|b| b.to_bytes())
-            .map_err(|e| format!("{method} {uri}: reading the answer: {e}"))?;
-        Ok((status, body))
-    }
-}
+/// A connection, plain or over TLS.
+#[cfg(feature = "cloudwatch-api")]
+trait Stream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+#[cfg(feature = "cloudwatch-api")]
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Stream for T {}
 
 #[cfg(test)]
 mod tests {

@@ -255,7 +255,12 @@ async fn connect(config: &Config, desk: &Arc<Desk>) -> Result<Arc<dyn Put>, Stri
     match &config.sink {
         Sink::Otlp(otlp) => {
             let timeout = operation_timeout(config.interval);
-            let exporter = crate::helper::otlp::Exporter::new(otlp, desk.clone(), timeout).await;
+            let exporter = crate::helper::otlp::Exporter::new(otlp, desk.clone(), timeout);
+            #[cfg(feature = "cloudwatch-api")]
+            let exporter = match &otlp.sigv4_region {
+                Some(region) => exporter.signing(region).await,
+                None => exporter,
+            };
             Ok(Arc::new(exporter) as Arc<dyn Put>)
         }
         Sink::Emf(agent) => {
