@@ -3,6 +3,10 @@
 a 1 s and a 10 s interval, in the same run. EMF records go to lifeguard's stdout (read
 here, as the log driver would); OTLP exports go to the tests' collector stand-in
 (tests/support/otlp_collector.py, on 127.0.0.1), which decodes each and says its size.
+"OTLP, CloudWatch" is the same stand-in playing CloudWatch's own endpoint by its name
+(resolved to 127.0.0.1 in lifeguard's own mount namespace), over TLS, checking each
+export's SigV4 signature: what signing and a TLS handshake per export add. Needs root
+(unshare --mount).
 
 Each setting runs for --seconds; the CPU per export is the publisher thread's own
 (`cloudwatch` in the helper process, which reads the snapshot, encodes, sends and
@@ -20,6 +24,7 @@ import os
 import platform
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -30,11 +35,15 @@ from metrics import free_port, helper_pids, lifeguard_binary  # noqa: E402
 VENV_PYTHON = os.path.join(ROOT, "target", "test-venv", "bin", "python3")
 
 
-def start_collector():
+CLOUDWATCH = "monitoring.us-east-1.amazonaws.com"
+KEY_ID, SECRET = "AKIALIFEGUARDBENCH", "bench-secret"
+
+
+def start_collector(*args):
     python = VENV_PYTHON if os.path.exists(VENV_PYTHON) else sys.executable
     collector = subprocess.Popen(
-        [python, os.path.join(ROOT, "tests", "support", "otlp_collector.py")],
-        stdout=subprocess.PIPE, text=True, start_new_session=True)
+        [python, os.path.join(ROOT, "tests", "support", "otlp_collector.py"), *args],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, start_new_session=True)
     line = collector.stdout.readline()
     if not line.startswith("ready "):
         sys.exit("the OTLP collector stand-in did not start (pip install -r tests/support/requirements.txt)")
@@ -43,7 +52,10 @@ def start_collector():
     def read():
         for line in collector.stdout:
             if line.startswith("export "):
-                sizes.append(json.loads(line[len("export "):])["bytes"])
+                export = json.loads(line[len("export "):])
+                # As CloudWatch: only what it would take (a signature botocore finds right).
+                if export.get("sigv4", "verified") == "verified":
+                    sizes.append(export["bytes"])
     threading.Thread(target=read, daemon=True).start()
     return collector, int(line.split()[1]), sizes
 
@@ -64,13 +76,14 @@ def publisher_cpu_ns(pid):
     return total
 
 
-def run(lifeguard, env, seconds, stdout_sizes=None):
-    """lifeguard over an idle app for `seconds`; its publisher thread's CPU in ns."""
+def run(lifeguard, env, seconds, stdout_sizes=None, wrapper=()):
+    """lifeguard (through `wrapper`, which execs it) over an idle app for `seconds`;
+    its publisher thread's CPU in ns."""
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("LIFEGUARD_", "TINI_", "DUMB_INIT_", "AWS_", "METRICS_", "OTEL_"))}
     app_port = free_port()
     p = subprocess.Popen(
-        [lifeguard, "--listen", f"127.0.0.1:{free_port()}", "--inflight-port", str(app_port),
+        [*wrapper, lifeguard, "--listen", f"127.0.0.1:{free_port()}", "--inflight-port", str(app_port),
          "--drain-delay", "0", "--", "sleep", "100000"],
         env={**base, **env}, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL, start_new_session=True)
@@ -99,6 +112,14 @@ def main():
     args = ap.parse_args()
     lifeguard = lifeguard_binary()
     collector, port, otlp_sizes = start_collector()
+    folder = tempfile.mkdtemp()
+    ca, hosts = os.path.join(folder, "ca.pem"), os.path.join(folder, "hosts")
+    with open(hosts, "w") as f:
+        f.write(f"127.0.0.1 localhost\n127.0.0.1 {CLOUDWATCH}\n")
+    cloudwatch, cw_port, cw_sizes = start_collector(
+        "--tls", CLOUDWATCH, "--ca-out", ca, "--sigv4", "us-east-1", "--key", f"{KEY_ID}={SECRET}")
+    as_cloudwatch = ("unshare", "--mount", "sh", "-c",
+                     f"mount --bind {hosts} /etc/hosts && exec \"$@\"", "sh")
     rows = []
     try:
         for interval in (1, 10):
@@ -110,12 +131,21 @@ def main():
                                    "OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{port}"},
                        args.seconds)
             sent = otlp_sizes[before:]
-            for name, used, sizes in (("EMF", emf, emf_sizes), ("OTLP", otlp, sent)):
+            before = len(cw_sizes)
+            signed = run(lifeguard, {
+                "METRICS_SINK": "otlp", "METRICS_INTERVAL": str(interval),
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": f"https://{CLOUDWATCH}:{cw_port}/v1/metrics",
+                "SSL_CERT_FILE": ca, "AWS_ACCESS_KEY_ID": KEY_ID, "AWS_SECRET_ACCESS_KEY": SECRET,
+                "AWS_EC2_METADATA_DISABLED": "true"}, args.seconds, wrapper=as_cloudwatch)
+            signed_sent = cw_sizes[before:]
+            for name, used, sizes in (("EMF", emf, emf_sizes), ("OTLP", otlp, sent),
+                                      ("OTLP, CloudWatch (TLS, SigV4)", signed, signed_sent)):
                 per = used / len(sizes) / 1e6 if sizes else float("nan")
                 rows.append(f"| {name} | {interval} s | {len(sizes)} | {median(sizes):,} | "
                             f"{used / 1e6:.1f} | {per:.3f} |")
     finally:
         os.killpg(collector.pid, 9)
+        os.killpg(cloudwatch.pid, 9)
     size = os.path.getsize(lifeguard)
     text = "\n".join([
         "# OTLP beside EMF: bytes and CPU per export",
@@ -130,7 +160,9 @@ def main():
         "EMF carries the CloudWatch scaling figures (in flight, CPU, memory); OTLP carries "
         "every family of /metrics, each with its description, and its resource. The CPU is "
         "the publisher thread's alone (the sampler, which every sink shares, is left out), "
-        "including its idle turns between exports.",
+        "including its idle turns between exports. To CloudWatch each export also makes a "
+        "TLS connection (one per export, as every lifeguard client call) and signs the "
+        "request; the stand-in answers only exports whose signature botocore finds right.",
         "",
     ])
     with open(args.out, "w") as f:

@@ -1064,6 +1064,28 @@ fn the_otlp_examples_start_as_written_on_the_version_they_name() {
             ),
         ]
     );
+    // Kubernetes: a patch to the example Deployment's own container, whose environment
+    // lifeguard takes (the kubelet expands $(POD_NAMESPACE) first).
+    let patch = doc(&all, "otlp/kubernetes-patch.yaml", Some("Deployment"));
+    let deployment = doc(&all, "kubernetes/deployment.yaml", Some("Deployment"));
+    assert_eq!(patch["metadata"], {
+        let m = &deployment["metadata"];
+        serde_json::json!({"name": m["name"], "namespace": m["namespace"]})
+    });
+    let container = &patch["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["name"],
+        deployment["spec"]["template"]["spec"]["containers"][0]["name"]
+    );
+    let env: Vec<(String, String)> = container["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| Some((e["name"].as_str()?.to_string(), e["value"].as_str()?.to_string())))
+        .map(|(k, v)| (k, v.replace("$(POD_NAMESPACE)", "shop")))
+        .collect();
+    assert!(env.contains(&("METRICS_SINK".to_string(), "otlp".to_string())));
+    lifeguard_accepts(&[], &env);
     // The role may put metrics, which is what CloudWatch's OTLP endpoint checks.
     let policy = doc(&all, "otlp/task-role-policy.json", None);
     assert_eq!(policy["Statement"][0]["Action"], "cloudwatch:PutMetricData");
