@@ -843,14 +843,21 @@ fn the_dockerfile_pins_the_release_toolchain_and_passes_the_commit() {
 
 #[test]
 fn the_cloudformation_template_passes_cfn_lint() {
+    cfn_lint("examples/ecs/scaling.yaml");
+}
+
+/// cfn-lint, AWS's own linter for CloudFormation, must find nothing in `file`.
+fn cfn_lint(file: &str) {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let out = Command::new("cfn-lint")
-        .arg(root.join("examples/ecs/scaling.yaml"))
+        .arg(root.join(file))
         .output()
-        .expect("THIS TEST CANNOT RUN: cfn-lint is not installed (scripts/test.sh installs it from PyPI)");
+        .expect(
+        "THIS TEST CANNOT RUN: cfn-lint is not installed (scripts/test.sh installs it from PyPI)",
+    );
     assert!(
         out.status.success(),
-        "{}{}",
+        "{file}: {}{}",
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
@@ -1081,7 +1088,12 @@ fn the_otlp_examples_start_as_written_on_the_version_they_name() {
         .as_array()
         .unwrap()
         .iter()
-        .filter_map(|e| Some((e["name"].as_str()?.to_string(), e["value"].as_str()?.to_string())))
+        .filter_map(|e| {
+            Some((
+                e["name"].as_str()?.to_string(),
+                e["value"].as_str()?.to_string(),
+            ))
+        })
         .map(|(k, v)| (k, v.replace("$(POD_NAMESPACE)", "shop")))
         .collect();
     assert!(env.contains(&("METRICS_SINK".to_string(), "otlp".to_string())));
@@ -1091,16 +1103,7 @@ fn the_otlp_examples_start_as_written_on_the_version_they_name() {
     assert_eq!(policy["Statement"][0]["Action"], "cloudwatch:PutMetricData");
     // The PromQL alarm: it passes cfn-lint, is evaluated at CloudWatch's shortest
     // interval, and asks for a figure lifeguard sends, under the resource it sends.
-    let out = Command::new("cfn-lint")
-        .arg(root.join("examples/otlp/promql-alarm.yaml"))
-        .output()
-        .expect("THIS TEST CANNOT RUN: cfn-lint is not installed (scripts/test.sh installs it from PyPI)");
-    assert!(
-        out.status.success(),
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    cfn_lint("examples/otlp/promql-alarm.yaml");
     let template = doc(&all, "otlp/promql-alarm.yaml", None);
     let alarm = &template["Resources"]["InFlightPerTaskAlarm"]["Properties"];
     assert_eq!(alarm["EvaluationInterval"], 10);
