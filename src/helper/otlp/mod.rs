@@ -81,26 +81,6 @@ impl Exporter {
     }
 }
 
-/// The user's headers and, for CloudWatch's endpoint, the signature over them, the host
-/// (as the URL names it, which the HTTP client sends) and the body.
-#[cfg(feature = "cloudwatch-api")]
-async fn sigv4_headers(
-    signer: &sigv4::Signer,
-    endpoint: &hyper::Uri,
-    user: &[(String, String)],
-    body: &[u8],
-) -> Result<Vec<(String, String)>, String> {
-    let host = endpoint.authority().map_or("", |a| a.as_str());
-    let mut signed = vec![
-        ("host".to_string(), host.to_string()),
-        ("content-type".to_string(), CONTENT_TYPE.to_string()),
-    ];
-    signed.extend(user.iter().cloned());
-    let mut headers = user.to_vec();
-    headers.extend(signer.headers("POST", endpoint, &signed, body).await?);
-    Ok(headers)
-}
-
 const CONTENT_TYPE: &str = "application/x-protobuf";
 
 /// The resource's attributes: what lifeguard learned, then the user's, which win; a
@@ -157,7 +137,7 @@ impl Put for Exporter {
             #[cfg(feature = "cloudwatch-api")]
             let (headers, signed) = match &signer {
                 Some(signer) => {
-                    let signing = sigv4_headers(signer, &endpoint, &user, &body);
+                    let signing = signer.export_headers(&endpoint, &user, CONTENT_TYPE, &body);
                     match tokio::time::timeout_at(deadline, signing).await {
                         Err(_) => return Err(late()),
                         Ok(Err(reason)) => return Err((Outcome::Error, reason)),

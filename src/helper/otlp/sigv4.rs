@@ -62,6 +62,26 @@ impl Signer {
         }
     }
 
+    /// An export's headers: the user's, and the signature over them, the host (as the
+    /// URL names it, which the HTTP client sends), the content type and the body.
+    pub async fn export_headers(
+        &self,
+        endpoint: &hyper::Uri,
+        user: &[(String, String)],
+        content_type: &str,
+        body: &[u8],
+    ) -> Result<Vec<(String, String)>, String> {
+        let host = endpoint.authority().map_or("", |a| a.as_str());
+        let mut signed = vec![
+            ("host".to_string(), host.to_string()),
+            ("content-type".to_string(), content_type.to_string()),
+        ];
+        signed.extend(user.iter().cloned());
+        let mut headers = user.to_vec();
+        headers.extend(self.headers("POST", endpoint, &signed, body).await?);
+        Ok(headers)
+    }
+
     /// The headers that sign a request of these parts (`x-amz-date`, `authorization`,
     /// and `x-amz-security-token` with temporary credentials).
     pub async fn headers(
