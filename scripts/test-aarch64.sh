@@ -8,7 +8,10 @@
 # TEST_LIFEGUARD_RUNNER. The app each test starts stays the x86_64 testapp: qemu-user
 # emulates lifeguard only, and the app it execs runs natively. A test, or a part of one,
 # that the emulator cannot run says "SKIPPED UNDER EMULATION: <test>: <reason>"; those
-# lines are listed again at the end.
+# lines are listed again at the end (the harness writes them to TEST_SKIPPED_LOG too, as
+# the test runner shows a passing test's output only when asked).
+#
+#   scripts/test-aarch64.sh [NEXTEST-ARGS...]
 #
 # The subset: exit codes, signal forwarding (real-time included), group signalling
 # through `sh -c`, the drain and the deadline, the endpoint and --probe, and the metrics
@@ -22,11 +25,10 @@ bin="$(realpath "${CARGO_TARGET_DIR:-target}")/aarch64-unknown-linux-musl/releas
 
 log="$(mktemp /tmp/lifeguard-aarch64-tests.XXXXXX)"
 status=0
-TEST_LIFEGUARD_BIN="$bin" TEST_LIFEGUARD_RUNNER=qemu-aarch64-static \
-  cargo test --locked \
+TEST_SKIPPED_LOG="$log" TEST_LIFEGUARD_BIN="$bin" TEST_LIFEGUARD_RUNNER=qemu-aarch64-static \
+  cargo nextest run --locked \
   --test exit_status --test signals --test shutdown --test drain --test endpoint --test metrics \
-  --test scale_in \
-  2>&1 | tee "$log" || status=$?
+  --test scale_in "$@" || status=$?
 
 echo
 echo "scripts/test-aarch64.sh: ran against $bin under qemu-aarch64-static ($(qemu-aarch64-static --version | head -1))"

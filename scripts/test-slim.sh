@@ -3,6 +3,8 @@
 # static as it ships, then the tests that do not need the SDK run against it (through
 # TEST_LIFEGUARD_BIN, as scripts/test-aarch64.sh runs the aarch64 binary). The same
 # target directory as tests/common's slim_binaries(), so the build is done once.
+#
+#   scripts/test-slim.sh [NEXTEST-ARGS...]    e.g. --profile ci (scripts/test.sh), a filter
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,6 +18,6 @@ CARGO_TARGET_DIR="$CARGO_TARGET_DIR_SLIM" cargo build --locked --profile slim --
   --target "$target" --bin lifeguard --bin lifeguard-testapp
 bin="$CARGO_TARGET_DIR_SLIM/$target/slim/lifeguard"
 printf 'scripts/test-slim.sh: %s, %s bytes\n' "$bin" "$(stat -c %s "$bin")"
-TEST_LIFEGUARD_BIN="$bin" cargo test --locked \
+TEST_LIFEGUARD_BIN="$bin" cargo nextest run --locked \
   --test emf --test exit_status --test signals --test drain --test endpoint --test metrics --test scale_in \
-  --test otlp
+  --test otlp "$@"

@@ -12,6 +12,14 @@
 # with, and another rustc makes other bytes. Works in a clone of the repository (the
 # commit is checked out in a worktree of its own in a temporary directory, outside the
 # clone, removed afterwards; the build goes to target/verify-VERSION/).
+#
+# VERIFY_RELEASE_CACHE=DIR (scripts/test.sh sets it): a rebuild that matched is noted in
+# DIR, keyed by everything that decides its bytes (the version, the recorded commit,
+# the recorded rustc and the artifacts asked for); the same verification on the same
+# machine then says when it matched instead of building again. None of those inputs can
+# change (a commit names its tree, Cargo.lock pins every crate, crates.io never changes
+# a published crate), so the earlier match still holds; a new machine has no note and
+# rebuilds. Unset, every run rebuilds.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -48,6 +56,18 @@ if [ "$rustc_said" != "$recorded_rustc" ]; then
   fi
 fi
 
+# The note of an earlier match, when asked to keep them.
+note=""
+if [ -n "${VERIFY_RELEASE_CACHE:-}" ]; then
+  key="$(printf '%s\n' "$version" "$commit" "$recorded_rustc" "$sums" "$@" | sha256sum | cut -c1-32)"
+  note="$VERIFY_RELEASE_CACHE/$version-$key"
+  if [ -s "$note" ]; then
+    cat "$note"
+    echo "scripts/verify-release.sh: $version rebuilt from $commit matched RELEASES.md on this machine before ($(date -u -r "$note" +%Y-%m-%dT%H:%MZ), $recorded_rustc); not rebuilt (remove $note to rebuild)"
+    exit 0
+  fi
+fi
+
 root="$(realpath "${CARGO_TARGET_DIR:-target}")"
 work="$root/verify-$version"
 rm -rf "$work"
@@ -65,7 +85,7 @@ if [ "$#" -eq 0 ]; then
   # The whole release, with the commit's own script.
   (cd "$tree" && CARGO_TARGET_DIR="$work/build" scripts/release.sh)
   cp "$work/build/release-artifacts/"* "$work/"
-  (cd "$work" && sha256sum -c SHA256SUMS)
+  (cd "$work" && sha256sum -c SHA256SUMS) | tee "$work/.matched"
 else
   for name in "$@"; do
     case "$name" in
@@ -88,6 +108,10 @@ else
     (cd "$tree" && CARGO_TARGET_DIR="$work/build" cargo build --locked --target "$triple" --bin lifeguard "${args[@]}")
     cp "$work/build/$triple/$profile/lifeguard" "$work/$name"
   done
-  (cd "$work" && sha256sum -c --ignore-missing SHA256SUMS)
+  (cd "$work" && sha256sum -c --ignore-missing SHA256SUMS) | tee "$work/.matched"
+fi
+if [ -n "$note" ]; then
+  mkdir -p "$VERIFY_RELEASE_CACHE"
+  cp "$work/.matched" "$note"
 fi
 echo "scripts/verify-release.sh: $version rebuilt from $commit matches RELEASES.md"

@@ -107,11 +107,14 @@ fn endpoints_answer_as_the_design_says() {
     run.signal(libc::SIGUSR1);
     run.expect_line("signal USR1");
     // The app says "zombies 5" once their parent is gone; on a loaded machine an orphan
-    // may exit (and be reaped) a little later.
+    // may exit (and be reaped) a little later. Likewise the app can print the signal
+    // before supervision's count of it reaches the helper (the count follows the kill).
     let zombies = "lifeguard_zombies_reaped_total 5";
-    let metrics = wait_until("all 5 orphans to be counted", || {
+    let forwarded = "lifeguard_signals_forwarded_total{signal=\"SIGUSR1\"} 1";
+    let metrics = wait_until("all 5 orphans and the USR1 to be counted", || {
         let (status, metrics) = get(port, "/metrics");
-        (status == 200 && metrics.lines().any(|l| l == zombies)).then_some(metrics)
+        let counted = |want: &str| metrics.lines().any(|l| l == want);
+        (status == 200 && counted(zombies) && counted(forwarded)).then_some(metrics)
     });
     for line in [
         "# TYPE lifeguard_ready gauge",

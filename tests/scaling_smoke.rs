@@ -1,8 +1,10 @@
 //! The scaling benchmark's smoke test: runs the real command, `bench/scaling/run.sh
-//! --smoke` (scaled down: 1 to 3 replicas, 15 s cooldowns; both scenarios, about 6
-//! minutes), against the shipped build of lifeguard, and checks that its decisions came
-//! in the expected order, that each replica's drain ended once the balancer stopped
+//! --smoke --scenario S` (scaled down: 1 to 3 replicas, 15 s cooldowns; about 3 minutes
+//! a scenario), against the shipped build of lifeguard, and checks that its decisions
+//! came in the expected order, that each replica's drain ended once the balancer stopped
 //! sending, and that what it writes exists and makes sense, so the benchmark cannot rot.
+//! One test a scenario, so the two run side by side: their fleets have network
+//! namespaces, cgroups and ports of their own (named by scenario and process).
 
 mod common;
 
@@ -14,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-/// The whole command: the benchmark's virtualenv (pip, the first time), the two
-/// scenarios (under 4 minutes each), the reports. Generous for a loaded CI machine.
+/// The whole command: the benchmark's virtualenv (pip, the first time), the scenario
+/// (under 4 minutes), the reports. Generous for a loaded CI machine.
 const RUN_LIMIT: Duration = Duration::from_secs(20 * 60);
 
 fn seconds(v: &Value, what: &str) -> f64 {
@@ -33,14 +35,18 @@ fn png_size(bytes: &[u8]) -> (u32, u32) {
     (be(16), be(20))
 }
 
-/// Runs the smoke version; returns its output directory. The command's own lines are
-/// echoed as they come (they say what the autoscaler decided and when).
-fn run_smoke(lifeguard: &Path) -> PathBuf {
+/// Runs the smoke version of one scenario; returns its output directory. The command's
+/// own lines are echoed as they come (they say what the autoscaler decided and when).
+fn run_smoke(lifeguard: &Path, scenario: &str) -> PathBuf {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let out = std::env::temp_dir().join(format!("lifeguard-scaling-smoke-{}", std::process::id()));
+    let out = std::env::temp_dir().join(format!(
+        "lifeguard-scaling-smoke-{scenario}-{}",
+        std::process::id()
+    ));
     let _ = std::fs::remove_dir_all(&out);
     let mut child = Command::new(root.join("bench/scaling/run.sh"))
         .arg("--smoke")
+        .args(["--scenario", scenario])
         .arg("--lifeguard")
         .arg(lifeguard)
         .arg("--out")
@@ -105,20 +111,31 @@ fn run_smoke(lifeguard: &Path) -> PathBuf {
     out
 }
 
-#[test]
-fn the_scaling_benchmark_scales_out_on_lifeguards_data_first_and_back_in_without_failures() {
+/// The benchmark's smoke run of `scenario`, against the shipped build; its output
+/// directory. The index above the scenario's folder must link it.
+fn smoke(scenario: &str) -> Option<PathBuf> {
     common::require_root();
     if common::skipped_under_emulation(
         "the benchmark runs lifeguard as it ships, natively (in-flight counting needs sock_diag)",
     ) {
-        return;
+        return None;
     }
     for tool in ["haproxy", "unshare", "nsenter", "ip", "python3"] {
         common::haproxy::installed(tool);
     }
     let lifeguard = common::static_binaries().join("lifeguard");
-    let out = run_smoke(&lifeguard);
+    let out = run_smoke(&lifeguard, scenario);
+    let index = std::fs::read_to_string(out.join("results.md")).unwrap();
+    let link = format!("({scenario}/results.md)");
+    assert!(index.contains(&link), "results.md has no {link}:\n{index}");
+    eprintln!("{index}");
+    Some(out)
+}
 
+#[test]
+fn the_scaling_benchmark_scales_a_cpu_bound_app_out_on_lifeguards_data_first_and_back_in_without_failures(
+) {
+    let Some(out) = smoke("cpu") else { return };
     let cpu = check_scenario(&out.join("cpu"));
     // The CPU-bound app: every model decides, lifeguard's 10 s data first (its CPU
     // datapoints are never later than the 20 s ones, and the in-flight ones can only be
@@ -135,7 +152,13 @@ fn the_scaling_benchmark_scales_out_on_lifeguards_data_first_and_back_in_without
         late60 >= 180.0,
         "the 1-minute model decided {late60} s after the step, before its lag"
     );
+    let _ = std::fs::remove_dir_all(&out);
+}
 
+#[test]
+fn the_scaling_benchmark_scales_a_worker_bound_app_out_on_in_flight_alone_and_back_in_without_failures(
+) {
+    let Some(out) = smoke("worker") else { return };
     let worker = check_scenario(&out.join("worker"));
     // The worker-bound app: its CPU stays under the CPU alarms' threshold, so neither
     // CPU model ever decides, while lifeguard's in-flight alarm does.
@@ -163,12 +186,6 @@ fn the_scaling_benchmark_scales_out_on_lifeguards_data_first_and_back_in_without
         "{}",
         worker["live"]
     );
-
-    let index = std::fs::read_to_string(out.join("results.md")).unwrap();
-    for link in ["(cpu/results.md)", "(worker/results.md)"] {
-        assert!(index.contains(link), "results.md has no {link}:\n{index}");
-    }
-    eprintln!("{index}");
     let _ = std::fs::remove_dir_all(&out);
 }
 

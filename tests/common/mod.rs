@@ -82,8 +82,10 @@ pub fn emulated() -> bool {
 /// reason and returns true, and the test skips that part; natively returns false.
 /// `reason` names the call the emulator lacks and what was seen failing. Written to the
 /// stderr handle itself, which libtest does not capture (it captures `eprintln!` of a
-/// passing test), so the line shows with the test's name whether the test passes or not;
-/// scripts/test-aarch64.sh lists them again at the end.
+/// passing test), so the line shows with the test's name whether the test passes or not.
+/// cargo-nextest shows a passing test's output only when asked, so the line is also
+/// appended to the file `TEST_SKIPPED_LOG` names, from which scripts/test-aarch64.sh
+/// lists them again at the end.
 pub fn skipped_under_emulation(reason: &str) -> bool {
     if !emulated() {
         return false;
@@ -92,6 +94,17 @@ pub fn skipped_under_emulation(reason: &str) -> bool {
     let name = thread.name().unwrap_or("?");
     let line = format!("SKIPPED UNDER EMULATION: {name}: {reason}\n");
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
+    if let Some(log) = std::env::var_os("TEST_SKIPPED_LOG") {
+        // One short append (O_APPEND) per line: tests in other processes write beside it.
+        let appended = std::fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&log)
+            .and_then(|mut file| file.write_all(line.as_bytes()));
+        if let Err(e) = appended {
+            panic!("TEST_SKIPPED_LOG={log:?}: {e}");
+        }
+    }
     true
 }
 /// How long any condition may take before the test fails; generous for a loaded machine.
