@@ -4,7 +4,7 @@
 #
 #   scripts/test.sh                    every phase, as CI runs it
 #   scripts/test.sh PHASE...           the setup, then those phases alone, in this order:
-#                                      native peak slim aarch64 release
+#                                      native alone slim aarch64 release
 #   scripts/test.sh native -- ARGS     ARGS go to `cargo nextest run` (a filter, say)
 #
 # The phases (docs/testing.md says more):
@@ -14,12 +14,12 @@
 #             (x86_64, its build without the SDK, the fault-injection build, aarch64),
 #             while the native suite runs beside them
 #   native    every test binary against the host build, in one pool of test threads
-#             (cargo-nextest; .config/nextest.toml), but the peak tests
+#             (cargo-nextest; .config/nextest.toml), but the tests that run alone
 #   slim      the build without the AWS SDK against the tests that do not need it
 #   aarch64   the static aarch64 binary under qemu-user, a subset
-#   peak      the tests at the peak (a 0.25-CPU cgroup full of spinning threads), each
-#             alone on the machine once every build is done: what they measure is the
-#             CPU their quota leaves, so nothing else may take it
+#   alone     the tests that need the machine to themselves, each alone once all else
+#             is done: those at the peak (a 0.25-CPU cgroup full of spinning threads,
+#             measuring what the quota leaves) and the kubelet's 3 s grace
 #   release   the release's artifacts, built and checked as a release makes them
 # At the end (pass or fail) a table says each phase's start, wall time and result.
 set -euo pipefail
@@ -30,13 +30,13 @@ if [ "$(id -u)" != 0 ]; then
   exit 1
 fi
 
-all_phases=(native peak slim aarch64 release)
+all_phases=(native alone slim aarch64 release)
 phases=()
 nextest_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --) shift; nextest_args=("$@"); break ;;
-    native|peak|slim|aarch64|release) phases+=("$1"); shift ;;
+    native|alone|slim|aarch64|release) phases+=("$1"); shift ;;
     *)
       echo "scripts/test.sh: no phase '$1'; the phases are: ${all_phases[*]} (and -- ARGS for cargo nextest run)" >&2
       exit 2
@@ -117,6 +117,12 @@ setup() {
     python3 -m venv "$venv"
   fi
   "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check -r tests/support/requirements.txt
+  # The scaling benchmark's own (bench/scaling/run.sh makes it too; its smoke tests run
+  # side by side, so it is made once here, before them).
+  if [ ! -x target/scaling-venv/bin/python3 ]; then
+    python3 -m venv target/scaling-venv
+  fi
+  target/scaling-venv/bin/python3 -m pip install --quiet --disable-pip-version-check -r bench/scaling/requirements.txt
   command -v cargo >/dev/null 2>&1 || { echo "scripts/test.sh: cargo (rustup) is required" >&2; exit 1; }
   # The test runner: cargo-nextest runs every test binary's tests in one pool.
   if ! cargo nextest --version >/dev/null 2>&1; then
@@ -180,11 +186,11 @@ build_x86_64() {
     CARGO_TARGET_DIR=target/container cargo build --locked --release \
       --target x86_64-unknown-linux-musl --bin lifeguard --bin lifeguard-testapp
   fi
-  if wants native; then
+  if wants native || wants alone; then
     CARGO_TARGET_DIR=target/faults cargo build --locked --profile faults \
       --features fault-injection --bin lifeguard --bin lifeguard-testapp
   fi
-  if wants native || wants slim || wants peak || wants release; then
+  if wants native || wants slim || wants alone || wants release; then
     CARGO_TARGET_DIR=target/slim cargo build --locked --profile slim --no-default-features \
       --target x86_64-unknown-linux-musl --bin lifeguard --bin lifeguard-testapp
   fi
@@ -192,6 +198,14 @@ build_x86_64() {
 in_background "build host+aarch64" build_host_and_aarch64
 in_background "build x86_64" build_x86_64
 wait_background || exit 1
+# The tests take the builds made above as made (tests/common's `build`), rather than
+# each test's process asking cargo again.
+built=()
+if wants native || wants release; then built+=(container); fi
+if wants native || wants alone; then built+=(faults); fi
+if wants native || wants slim || wants alone || wants release; then built+=(slim); fi
+TEST_BUILT_TARGETS="$(IFS=,; echo "${built[*]}")"
+export TEST_BUILT_TARGETS
 
 status=0
 if wants native; then
@@ -199,7 +213,7 @@ if wants native; then
 fi
 # The build without the SDK against the tests that do not need it, and the aarch64
 # binary under emulation, side by side (their tests wait on timers as the native ones
-# do). Their peak tests wait for the peak phase.
+# do). Their tests that run alone wait for that phase.
 if wants slim; then
   in_background slim scripts/test-slim.sh --profile ci "${nextest_args[@]}"
 fi
@@ -207,9 +221,9 @@ if wants aarch64; then
   in_background aarch64 scripts/test-aarch64.sh "${nextest_args[@]}"
 fi
 wait_background || status=1
-if wants peak; then
-  timed "peak native" cargo nextest run --locked --profile peak "${nextest_args[@]}" || status=1
-  timed "peak slim" scripts/test-slim.sh --profile peak "${nextest_args[@]}" || status=1
+if wants alone; then
+  timed "alone native" cargo nextest run --locked --profile alone "${nextest_args[@]}" || status=1
+  timed "alone slim" scripts/test-slim.sh --profile alone "${nextest_args[@]}" || status=1
 fi
 # The release's artifacts, built and checked as a release makes them (nothing is
 # uploaded): four static binaries, their SBOMs and checksums.

@@ -3,7 +3,7 @@
 //! atomics, and three bells. Each side owns the fields it writes — supervision the
 //! phase, the SIGTERM mark, the signal and reaping counters, the drain's length, the
 //! helper restarts and whether the ready port listens; the helper the app check's
-//! verdict, the traffic record and its heartbeat — and neither can hold anything against the other: no pointer, no lock, a
+//! verdict, the traffic record, its heartbeat and its own verdict that it hangs — and neither can hold anything against the other: no pointer, no lock, a
 //! record written under a sequence number that a reader of a torn write simply asks
 //! again (a helper killed mid-write leaves the number odd, and supervision keeps the
 //! look it had). Each side holds a handle of its own — `Board`, supervision's, and
@@ -163,8 +163,12 @@ const PORT_SEEN: usize = 15;
 /// supervision for the stop line; kept across helper restarts, so a new helper knows
 /// what its predecessor set.
 const PROTECTED_UNTIL: usize = 16;
+/// The helper's own verdict that one of its threads hangs: the pid of the helper
+/// process that said so (0: none says it). A pid, not a flag, so that the verdict of a
+/// helper that was replaced never counts against the next one.
+const HELPER_HUNG: usize = 17;
 /// One counter per signal number.
-const FORWARDED: usize = 17;
+const FORWARDED: usize = 18;
 const WORDS: usize = FORWARDED + signal_names::MAX as usize + 1;
 
 /// What either side may read of the page. Each side writes through a handle of its own
@@ -352,6 +356,13 @@ impl Page {
         self.word(CHECK_FAILING) != 0
     }
 
+    /// Whether helper process `pid` has said that one of its threads hangs (it then
+    /// stops its heartbeat on purpose): a silence supervision must not take for
+    /// starvation, whatever the helper's main thread looks like from outside.
+    pub fn helper_says_hung(&self, pid: i32) -> bool {
+        pid > 0 && self.word(HELPER_HUNG) == pid as u64
+    }
+
     /// When the helper last beat (None: never, or a beat that lies in the future: a
     /// helper that wrote a wrong time must not switch the watchdog off).
     pub fn last_beat(&self) -> Option<Instant> {
@@ -492,6 +503,19 @@ impl HelperBoard {
         let first_pass = passing && self.words[CHECK_PASSED].swap(1, Ordering::AcqRel) == 0;
         if changed || first_pass {
             self.supervisor_bell.ring();
+        }
+    }
+
+    /// The helper's verdict on itself: one of its threads hangs (its pid on the page),
+    /// or none does (0).
+    pub fn say_hung(&self, hung: bool) {
+        let word = if hung {
+            u64::from(std::process::id())
+        } else {
+            0
+        };
+        if self.word(HELPER_HUNG) != word {
+            self.words[HELPER_HUNG].store(word, Ordering::Release);
         }
     }
 

@@ -3,9 +3,11 @@
 //! hang at a named point, to prove that no helper can take PID 1 down or slow it down.
 //! Without the feature every point compiles to nothing.
 //!
-//! `LIFEGUARD_FAULT=point[:N|:once|:hang|:pause=MS|:abort|:overflow|:blocking|:child],...`:
+//! `LIFEGUARD_FAULT=point[:N|:once|:hang|:idle|:pause=MS|:abort|:overflow|:blocking|:child],...`:
 //! panic at `point` every time, the first N times (in each helper process), once in the
-//! whole run (the first helper process alone), hang there for good, stall there MS
+//! whole run (the first helper process alone), hang there for good, stay there for good
+//! waking every 100 ms to do nothing (a retry or `recv_timeout` loop that never gets
+//! anywhere), stall there MS
 //! milliseconds each time, abort the process (what a panic while unwinding, a failed
 //! allocation or a dependency's `abort()` do), overflow the thread's stack (what runaway
 //! recursion does) — the last two no unwinding can catch, and end the whole helper
@@ -50,6 +52,9 @@ pub fn point(name: &str) {
     match fault.times {
         Times::Hang => loop {
             std::thread::park();
+        },
+        Times::Idle => loop {
+            std::thread::sleep(std::time::Duration::from_millis(100));
         },
         Times::Blocking => clear_nonblocking(),
         Times::OncePerRun => {
@@ -155,6 +160,7 @@ enum Times {
     Always,
     First(std::sync::atomic::AtomicU32),
     Hang,
+    Idle,
     Pause(u64),
 }
 
@@ -175,6 +181,7 @@ fn armed() -> &'static [Fault] {
                 let (point, times) = match entry.split_once(':') {
                     None => (entry, Times::Always),
                     Some((point, "hang")) => (point, Times::Hang),
+                    Some((point, "idle")) => (point, Times::Idle),
                     Some((point, "abort")) => (point, Times::Abort),
                     Some((point, "overflow")) => (point, Times::Overflow),
                     Some((point, "blocking")) => (point, Times::Blocking),

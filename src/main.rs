@@ -109,22 +109,15 @@ fn run() -> anyhow::Result<ExitCode> {
     pid1::supervise(supervision, helper).map(ExitCode::from)
 }
 
-/// The plain container engine lifeguard is PID 1 under, if any: its defaults then fit
-/// the engine's stop (cli::parse). Not PID 1 (a subreaper in someone's container, a
-/// shell), lifeguard is not what the engine stops.
+/// Where lifeguard runs (cli::engine decides it from these facts): its stop's defaults
+/// fit the engine's stop.
 fn engine() -> Option<settings::Engine> {
-    if !kernel::is_pid1() {
-        return None;
-    }
-    // Regular files, as the engines write them.
-    let written = |path: &str| std::path::Path::new(path).is_file();
-    if written("/.dockerenv") {
-        Some(settings::Engine::Docker)
-    } else if written("/run/.containerenv") {
-        Some(settings::Engine::Podman)
-    } else {
-        None
-    }
+    cli::engine(
+        kernel::is_pid1(),
+        // Regular files, as the engines write them.
+        |path| std::path::Path::new(path).is_file(),
+        |name| std::env::var(name).ok(),
+    )
 }
 
 /// The settings' warnings, and the `LIFEGUARD_*` variables nobody knows (a misspelling

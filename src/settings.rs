@@ -58,12 +58,16 @@ pub struct Run {
     pub warnings: Vec<String>,
 }
 
-/// A plain container engine lifeguard runs under, seen from inside: Docker writes
-/// `/.dockerenv` into every container, Podman `/run/.containerenv`.
+/// Where lifeguard runs, as far as it decides the stop's defaults (cli's `engine` tells
+/// it once at start): an orchestrator that stops containers with a timeout of its own
+/// (ECS, Kubernetes), or a plain container engine (Docker writes `/.dockerenv` into
+/// every container, Podman `/run/.containerenv`) whose `stop` kills at 10 s.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Engine {
     Docker,
     Podman,
+    Ecs,
+    Kubernetes,
 }
 
 impl Engine {
@@ -71,14 +75,22 @@ impl Engine {
         match self {
             Engine::Docker => "Docker",
             Engine::Podman => "Podman",
+            Engine::Ecs => "ECS",
+            Engine::Kubernetes => "Kubernetes",
         }
     }
 
-    /// The command whose stop the defaults fit.
+    /// A plain engine: nothing routes traffic by readiness, and its `stop` kills at 10 s.
+    pub fn plain(self) -> bool {
+        matches!(self, Engine::Docker | Engine::Podman)
+    }
+
+    /// The command whose stop a plain engine's defaults fit.
     pub fn command(self) -> &'static str {
         match self {
-            Engine::Docker => "docker",
+            Engine::Docker | Engine::Ecs => "docker",
             Engine::Podman => "podman",
+            Engine::Kubernetes => "kubectl",
         }
     }
 }

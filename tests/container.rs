@@ -354,6 +354,39 @@ fn dockers_own_10_second_kill_explains_itself_in_the_log() {
     assert!(!logs.contains("grace deadline reached"), "{logs}");
 }
 
+#[test]
+fn an_image_tuned_for_ecs_starts_under_plain_docker_and_says_the_stop_window_it_needs() {
+    // An entry point written for ECS (stopTimeout 30 s): `--drain-delay 20s`, nothing
+    // else, run with plain `docker run` on a laptop. The user's 20 s stays, the grace
+    // they did not give holds it (30 s), and the start says the container needs a stop
+    // window longer than `docker stop`'s 10 s and how to give it one; stopped with that
+    // window, the plan runs to the end and the app exits 0.
+    let image = Image::build("ecs-tuned", &["--drain-delay", "20s"], &[]);
+    let c = Container::run(&image);
+    wait_until("the app to start", || {
+        c.logs().contains("ready").then_some(())
+    });
+    let start = c.logs();
+    assert!(
+        start.contains("defaults for a plain Docker container")
+            && start.contains("--grace 30s, to hold the --drain-delay 20s given"),
+        "{start}"
+    );
+    assert!(
+        start.contains("reminder, under Docker: `docker stop` sends SIGKILL 10s")
+            && start.contains("docker run --stop-timeout 35")
+            && start.contains("stop_grace_period: 35s"),
+        "{start}"
+    );
+    assert!(!start.contains("error"), "{start}");
+    let stop = c.stop_in_background(35);
+    assert_eq!(plan_at_the_sigterm(&c), ("20s".into(), "+30s".into()));
+    assert!(stop.join().unwrap().status.success());
+    let logs = c.logs();
+    assert!(logs.contains("signal TERM"), "{logs}");
+    assert_eq!(c.inspect("{{.State.ExitCode}}"), "0", "{logs}");
+}
+
 /// The stop plan in the SIGTERM's line: (the drain delay, the SIGKILL's time).
 fn plan_at_the_sigterm(c: &Container) -> (String, String) {
     let is_plan =

@@ -853,6 +853,23 @@ fn a_child_of_the_helpers_is_neither_the_apps_nor_left_behind() {
 }
 
 #[test]
+fn a_thread_that_wakes_without_working_is_told_hung_and_replaced() {
+    // The sampler stays in a loop that wakes every 100 ms and gets nowhere (a retry or a
+    // timed-out wait): it runs and waits a little, which is not waiting for the CPU. It
+    // is hung, and a new helper process starts within the watchdog's time.
+    let port = free_port();
+    let (run, helper) = start_with_helper("sampler:idle", port, &[]);
+    let said = run.expect_log("the sampler thread has not turned for 5s");
+    assert!(
+        said.contains("it wakes but does not turn") && said.contains("stops its heartbeat"),
+        "{said}"
+    );
+    run.expect_log("the helper process hangs");
+    let new = helper_of(&run, Some(helper));
+    assert_ne!(new, helper);
+}
+
+#[test]
 fn a_deadlocked_helper_thread_is_told_hung_not_starved_and_replaced() {
     // The sampler parks for good (a deadlock): it neither runs nor waits to run, which
     // the watch tells from a thread starved of CPU; the heartbeat stops and a new helper

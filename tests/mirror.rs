@@ -471,6 +471,84 @@ fn at_the_peak_the_mirror_answers_every_check_from_a_sibling_cgroup() {
     mirror.expect_exit(0);
 }
 
+/// CPU time process `pid` has had (user and system), in clock ticks (proc(5): fields 14
+/// and 15 of /proc/PID/stat, counted after the command name's closing parenthesis).
+fn cpu_ticks(pid: i32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let rest = &stat[stat.rfind(')').unwrap() + 1..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// Sets process `pid`'s soft descriptor limit while it runs (the hard one stays: raising
+/// it again would take CAP_SYS_RESOURCE, which a container's root may lack).
+fn set_nofile(pid: i32, limit: usize) {
+    let out = std::process::Command::new("prlimit")
+        .args([
+            "--pid",
+            &pid.to_string(),
+            &format!("--nofile={limit}:"),
+        ])
+        .output()
+        .expect("THIS TEST CANNOT RUN: no prlimit (util-linux)");
+    assert!(
+        out.status.success(),
+        "prlimit: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn out_of_descriptors_with_no_connection_to_close_it_rests_rather_than_spins() {
+    // The mirror's descriptor limit lowered, while it runs, to the descriptors it holds:
+    // a check then waits in the listener's queue and cannot be accepted (EMFILE), and
+    // the mirror has no connection of its own to close to make room. The queued check
+    // keeps the listener readable; the mirror must rest, not spin on it. Given room
+    // again, it answers the check that waited.
+    let mirror_port = free_port();
+    let mirror = start_mirror("9", mirror_port, &[]);
+    time_until(mirror_port, 503, "the mirror to answer");
+    let pid = mirror.pid;
+    // The lowest descriptor number free: the kernel gives a new descriptor the lowest
+    // free number, which the limit must already refuse.
+    let open: Vec<usize> = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    let lowest_free = (0..).find(|n| !open.contains(n)).unwrap();
+    set_nofile(pid, lowest_free);
+    let mut check = TcpStream::connect(("127.0.0.1", mirror_port)).unwrap();
+    check
+        .write_all(b"GET /readyz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    let before = cpu_ticks(pid);
+    // A measurement window, not a wait for a condition: what the mirror spends in it.
+    std::thread::sleep(Duration::from_secs(2));
+    let spent = cpu_ticks(pid) - before;
+    // A spin takes a whole core: about 200 ticks in 2 s (USER_HZ is 100).
+    assert!(
+        spent <= 20,
+        "the mirror spent {spent} ticks of CPU in 2 s with a check it cannot accept:\n{}",
+        mirror.transcript()
+    );
+    check.set_nonblocking(true).unwrap();
+    let mut early = [0u8; 64];
+    assert!(
+        matches!(check.read(&mut early), Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "THIS TEST CANNOT RUN as meant: the check was accepted despite the limit"
+    );
+    check.set_nonblocking(false).unwrap();
+    set_nofile(pid, 1024);
+    check
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    let mut answer = String::new();
+    check
+        .read_to_string(&mut answer)
+        .expect("the check that waited is answered once there is room");
+    assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
+}
+
 #[test]
 fn its_http_keeps_the_endpoints_limits() {
     let mirror_port = free_port();

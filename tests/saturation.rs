@@ -748,6 +748,81 @@ fn helpers(run: &Run) -> Vec<i32> {
         .collect()
 }
 
+/// Starts the fault-injection build with `fault` as PID 1 in a fresh 0.25-CPU task
+/// whose app spins 300 threads (the saturation bench's setting); the task, the run and
+/// the first helper process.
+fn at_the_peak_with_fault(name: &str, fault: &str) -> (common::task::Task, Run, i32) {
+    require_root();
+    let mut task = common::task::Task::new(name);
+    let group = task.container("app", 1024);
+    let mut argv = common::task::Task::wrapper(&group);
+    argv.extend(common::fault_build().iter().cloned());
+    let (port, app_port) = (free_port(), free_port());
+    let (listen, app_port) = (listen_flag(port), app_port.to_string());
+    let flags = [
+        "-v",
+        "--listen",
+        &listen,
+        "--inflight-port",
+        &app_port,
+        "--drain-delay",
+        "0",
+    ];
+    let fault = fault.to_string();
+    let run = common::start_program(
+        &argv,
+        Mode::Pid1,
+        &args(&flags, &["--http", &app_port, "--burn-threads", "300"]),
+        move |cmd| {
+            cmd.env("LIFEGUARD_FAULT", &fault);
+        },
+    );
+    run.ready();
+    let first = wait_until_patient(Duration::from_secs(60), || helpers(&run).first().copied());
+    (task, run, first)
+}
+
+#[test]
+fn a_helper_thread_stopped_for_good_at_the_peak_is_replaced_within_20_s() {
+    // The sampler hangs for good (a deadlock) while the app spins 300 threads in a
+    // quarter of a CPU. The helper's main thread, as starved as any thread there, says
+    // the hang on the Board and stops its heartbeat; supervision, which sees only that
+    // starved main thread from outside, must not spare it as starved: a new helper
+    // process starts within 20 s, while the peak goes on.
+    let (task, run, first) = at_the_peak_with_fault("lifeguard-hung-at-peak", "sampler:hang");
+    let throttled_before = task.throttled();
+    let from = Instant::now();
+    let replaced = wait_until_patient(Duration::from_secs(60), || {
+        helpers(&run).into_iter().find(|&pid| pid != first)
+    });
+    let took = from.elapsed();
+    let throttled = task.throttled() - throttled_before;
+    eprintln!(
+        "replaced after {took:?} at the peak (throttled {throttled} times): {first} -> {replaced}"
+    );
+    assert!(
+        throttled > 50,
+        "THIS TEST CANNOT RUN as meant: the task was not at its quota (throttled {throttled} times)"
+    );
+    let said = logged(&run, "the sampler thread has not turned");
+    assert!(
+        said.iter().any(|l| l.contains("hung")),
+        "the helper did not say the hang: {said:?}\n{}",
+        run.transcript()
+    );
+    assert!(
+        logged(&run, "waits for the CPU (starved at the quota, not hung)").is_empty(),
+        "supervision spared a helper that said it hangs:\n{}",
+        run.transcript()
+    );
+    assert!(
+        took <= Duration::from_secs(20),
+        "replaced only after {took:?}:\n{}",
+        run.transcript()
+    );
+    drop(run);
+}
+
 #[test]
 fn a_helper_starved_at_the_peak_is_not_restarted() {
     // The saturation bench's setting: the task at 0.25 CPU, its app spinning 300

@@ -19,11 +19,18 @@ fi
 
 # Python packages in the benchmark's own virtualenv (pinned; the emulator's are the
 # tests' pins). pip is quick when everything is already there.
+# Under a lock: two runs side by side (the smoke tests, a scenario each) would make the
+# virtualenv at once, and one would find its python3 before its pip.
 venv="${CARGO_TARGET_DIR:-target}/scaling-venv"
+mkdir -p "$(dirname "$venv")"
+exec 9>"$venv.lock"
+flock 9
 if [ ! -x "$venv/bin/python3" ]; then
   python3 -m venv "$venv"
 fi
 "$venv/bin/python3" -m pip install --quiet --disable-pip-version-check -r bench/scaling/requirements.txt
+flock -u 9
+exec 9>&-
 
 # lifeguard itself, unless a binary is given.
 given=""

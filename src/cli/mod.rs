@@ -22,7 +22,6 @@ use crate::logging::Level;
 use crate::settings::{
     AppCheck, CloudWatch, Engine, Helper, Lifecycle, Listen, ListenAt, Log, Metrics, Mirror,
     MirrorPort, Probe, Protection, Run, Sink, Supervision, DEFAULT_PORT, MIRROR_DEFAULT_PORT,
-    ORCHESTRATOR_VARIABLES,
 };
 use crate::signal_names::Rewrites;
 
@@ -32,7 +31,10 @@ mod fast;
 mod flags;
 mod metrics_env;
 mod otel_env;
+mod stop_plan;
 mod values;
+
+pub use stop_plan::engine;
 
 use compat::log_level;
 use flags::Cli;
@@ -391,54 +393,46 @@ fn settings(
     engine: Option<Engine>,
 ) -> Result<Parsed, String> {
     let probe = cli.probe.clone().map(|target| (target, cli.probe_timeout));
-    let mut notices = Vec::new();
-    if probe.is_none() {
-        notices.extend(engine_defaults(&mut cli, &sources, lookup, engine));
-    }
-    // `--grace` lowered alone, to the default drain delay or below (`--grace 3`): the
-    // drain delay scales with it (a fifth, as 5 s of the default 25 s) rather than
-    // refusing a setting whose other half the user never chose.
-    if sources.drain_delay == Some(ValueSource::DefaultValue)
-        && sources.grace != Some(ValueSource::DefaultValue)
-        && cli.grace <= cli.drain_delay
-    {
-        cli.drain_delay = cli.grace / 5;
-    }
+    let given = |source: Option<ValueSource>, value| {
+        (source.is_some() && source != Some(ValueSource::DefaultValue)).then_some(value)
+    };
+    let given = stop_plan::Given {
+        delay: given(sources.drain_delay, cli.drain_delay),
+        max: cli.drain_max,
+        grace: given(sources.grace, cli.grace),
+    };
     // The probe runs beside a lifeguard configured by flags it does not see (the
-    // ENTRYPOINT's); it must not refuse over settings it does not use.
-    if probe.is_none() && cli.grace <= cli.drain_delay {
-        // Say which of the two the user did not set: `--grace 5` alone meets the
-        // default drain delay, and "(5s)" would read as a value they typed; a value they
-        // did type is theirs, whatever it equals.
-        let default = |source: Option<ValueSource>| {
-            if source == Some(ValueSource::DefaultValue) {
-                ", the default"
-            } else {
-                ""
-            }
-        };
-        return Err(format!(
-            "--grace ({}{}) must be longer than --drain-delay ({}{}): the grace deadline \
-             includes the drain; give both, e.g. --drain-delay 5s --grace 25s",
-            crate::seconds::human(cli.grace),
-            default(sources.grace),
-            crate::seconds::human(cli.drain_delay),
-            default(sources.drain_delay),
-        ));
-    }
-    // Halfway from the drain delay to the grace deadline, so the app keeps time to shut
-    // down before the SIGKILL.
-    let drain_max = cli
-        .drain_max
-        .unwrap_or(cli.drain_delay + (cli.grace.saturating_sub(cli.drain_delay)) / 2);
-    if probe.is_none() && (drain_max < cli.drain_delay || drain_max >= cli.grace) {
-        return Err(format!(
-            "--drain-max ({}) must be at least --drain-delay ({}) and shorter than --grace ({})",
-            crate::seconds::human(drain_max),
-            crate::seconds::human(cli.drain_delay),
-            crate::seconds::human(cli.grace)
-        ));
-    }
+    // ENTRYPOINT's); it neither refuses over a stop it does not run nor says its plan.
+    let (drain_max, notices) = if probe.is_none() {
+        let plan = stop_plan::stop_plan(engine, given)?;
+        cli.drain_delay = plan.delay;
+        cli.grace = plan.grace;
+        (plan.max, plan.notices)
+    } else {
+        (cli.drain_max.unwrap_or(cli.grace), Vec::new())
+    };
+    // What was said of the plan comes before any refusal that follows: a usage error
+    // must not hide the defaults it was given.
+    let told = notices.clone();
+    let with_notices = move |message: String| {
+        told.iter()
+            .map(|notice| format!("lifeguard: {notice}\n"))
+            .chain([message])
+            .collect::<String>()
+    };
+    settings_after_the_plan(cli, sources, lookup, probe, drain_max, notices).map_err(with_notices)
+}
+
+/// `settings` once the stop plan is decided: the rest of a run's settings, or a
+/// probe's.
+fn settings_after_the_plan(
+    cli: Cli,
+    sources: CheckSources,
+    lookup: &impl Fn(&str) -> Option<String>,
+    probe: Option<(crate::settings::ProbeTarget, std::time::Duration)>,
+    drain_max: std::time::Duration,
+    notices: Vec<String>,
+) -> Result<Parsed, String> {
     // dumb-init's way to ask for the child alone (its -c).
     // dumb-init's own rule is `0` alone; its other false forms are taken too.
     let single_child = cli.single_child
@@ -641,54 +635,6 @@ fn settings(
         notices,
         warnings,
     })))
-}
-
-/// The grace under a plain container engine: `docker stop` and `podman stop` send
-/// SIGKILL 10 s after their SIGTERM, and lifeguard's own deadline should come first, so
-/// that its SIGKILL, its line and its exit code end the stop, not the engine's. (The
-/// notice of `engine_defaults` names it as written: 9s.)
-const ENGINE_GRACE: std::time::Duration = std::time::Duration::from_secs(9);
-
-/// Under a plain container engine (Docker or Podman, and neither ECS's metadata
-/// variables nor Kubernetes' service variables), the defaults of a stop that fits the
-/// engine's window, as tini's would: no drain delay (nothing routes traffic to the
-/// container by its readiness, so there is nobody to wait for) and a grace that ends
-/// before the engine's SIGKILL. Values the user gave, by flag or variable, stay. The
-/// notice for the start line, when a default changed.
-fn engine_defaults(
-    cli: &mut Cli,
-    sources: &CheckSources,
-    lookup: &impl Fn(&str) -> Option<String>,
-    engine: Option<Engine>,
-) -> Option<String> {
-    let engine = engine?;
-    if ORCHESTRATOR_VARIABLES
-        .iter()
-        .any(|name| lookup(name).is_some_and(|v| !v.trim().is_empty()))
-    {
-        return None;
-    }
-    let default = Some(ValueSource::DefaultValue);
-    let (delay, grace) = (sources.drain_delay == default, sources.grace == default);
-    if delay {
-        cli.drain_delay = std::time::Duration::ZERO;
-    }
-    if grace {
-        cli.grace = ENGINE_GRACE;
-    }
-    let chosen = match (delay, grace) {
-        (true, true) => "--drain-delay 0, --grace 9s",
-        (true, false) => "--drain-delay 0",
-        (false, true) => "--grace 9s",
-        (false, false) => return None,
-    };
-    Some(format!(
-        "defaults for a plain {} container (no ECS or Kubernetes variables): {chosen}: \
-         nothing routes to it by readiness, and `{} stop` sends SIGKILL at 10s; give the \
-         flags (or their LIFEGUARD_* twins) to choose others",
-        engine.name(),
-        engine.command(),
-    ))
 }
 
 /// Warnings for `LIFEGUARD_*` variables in `names` that lifeguard does not know (a

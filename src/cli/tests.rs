@@ -327,19 +327,30 @@ fn a_plain_container_engine_gets_defaults_that_fit_its_stop() {
         lifecycle(&both),
         (Duration::from_secs(1), Duration::from_secs(20))
     );
-    assert!(both.notices.is_empty());
-    // An orchestrator's variables: its defaults, whatever engine runs underneath.
-    for variable in [
-        "ECS_CONTAINER_METADATA_URI_V4",
-        "ECS_CONTAINER_METADATA_URI",
-        "KUBERNETES_SERVICE_HOST",
-    ] {
-        let r = run(
-            Some(Engine::Docker),
-            &["app"],
-            &[(variable, "http://169.254.170.2/v4/x")],
-        );
-        assert_eq!(lifecycle(&r), (s5, s25), "{variable}");
+    // Nothing chosen for them; only the reminder that `docker stop`'s 10 s is shorter.
+    assert_eq!(both.notices.len(), 1, "{:?}", both.notices);
+    assert!(
+        both.notices[0].starts_with("reminder, under Docker"),
+        "{:?}",
+        both.notices
+    );
+    // The ECS-tuned image on a laptop: its drain delay stays, the grace holds it, and
+    // the start says how long a stop window the container needs.
+    let tuned = run(Some(Engine::Docker), &["--drain-delay", "20s", "app"], &[]);
+    assert_eq!(
+        lifecycle(&tuned),
+        (Duration::from_secs(20), Duration::from_secs(30))
+    );
+    assert!(
+        tuned.notices[1].contains("docker run --stop-timeout 35"),
+        "{:?}",
+        tuned.notices
+    );
+    // An orchestrator (ECS on EC2 runs Docker; a pod may run on a Docker node): its
+    // defaults, and nothing to say.
+    for engine in [Engine::Ecs, Engine::Kubernetes] {
+        let r = run(Some(engine), &["app"], &[]);
+        assert_eq!(lifecycle(&r), (s5, s25), "{engine:?}");
         assert!(r.notices.is_empty());
     }
     // No engine (not PID 1, or neither file): the defaults.
@@ -452,11 +463,39 @@ fn drain_max_defaults_halfway_and_needs_an_inflight_port() {
         s.supervision.lifecycle.drain_max,
         Some(Duration::from_secs(5))
     );
-    for max in ["4s", "25s", "30s"] {
-        let m = usage_error(&["--drain-max", max, "app"], &[]);
+    // A drain-max given alone stays; the defaults fit around it (the delay no longer
+    // than it, a grace that holds it), where before 1.0 it was refused.
+    for (max, delay, grace) in [(4, 4, 25), (25, 5, 35), (30, 5, 40)] {
+        let s = ok(
+            &[
+                "--inflight-port",
+                "80",
+                "--drain-max",
+                &format!("{max}s"),
+                "app",
+            ],
+            &[],
+        );
+        let lifecycle = &s.supervision.lifecycle;
+        assert_eq!(
+            (lifecycle.drain_delay, lifecycle.drain_max, lifecycle.grace),
+            (
+                Duration::from_secs(delay),
+                Some(Duration::from_secs(max)),
+                Duration::from_secs(grace)
+            ),
+            "--drain-max {max}s"
+        );
+    }
+    // Given values that contradict each other are refused, naming all three.
+    for args in [
+        ["--drain-max", "30s", "--grace", "20s"],
+        ["--drain-max", "2s", "--drain-delay", "3s"],
+    ] {
+        let m = usage_error(&[args[0], args[1], args[2], args[3], "app"], &[]);
         assert!(
             m.contains("--drain-max") && m.contains("--drain-delay") && m.contains("--grace"),
-            "{max}: {m}"
+            "{args:?}: {m}"
         );
     }
 }
@@ -589,6 +628,10 @@ fn the_stop_signal_is_taken_by_name_or_number_and_must_be_catchable() {
         ("KILL", "cannot be caught"),
         ("STOP", "cannot be caught"),
         ("CHLD", "how lifeguard hears of exits"),
+        ("TSTP", "is job control"),
+        ("TTIN", "is job control"),
+        ("TTOU", "is job control"),
+        ("CONT", "resumes stopped processes"),
         ("NOPE", "NOPE"),
     ] {
         let message = usage_error(&["--stop-signal", value, "app"], &[]);

@@ -223,7 +223,9 @@ pub(super) fn parse_signal(text: &str) -> Result<Signal, String> {
 }
 
 /// `--stop-signal`: a signal lifeguard can catch and that means "stop" rather than
-/// lifeguard's own business (SIGCHLD is how it hears of exits); SIGTERM when not given.
+/// lifeguard's own business (SIGCHLD is how it hears of exits; job control's signals it
+/// passes on as a terminal would; SIGCONT it sends after a stop signal itself, and the
+/// kernel sends it to resume a stopped group); SIGTERM when not given.
 pub(super) fn stop_signal(given: Option<Signal>) -> Result<Signal, String> {
     let Some(signal) = given else {
         return Ok(crate::signal_names::TERM);
@@ -231,6 +233,14 @@ pub(super) fn stop_signal(given: Option<Signal>) -> Result<Signal, String> {
     let why = match signal.0 {
         libc::SIGKILL | libc::SIGSTOP => "cannot be caught, so it cannot begin a drain",
         libc::SIGCHLD => "is how lifeguard hears of exits",
+        libc::SIGTSTP | libc::SIGTTIN | libc::SIGTTOU => {
+            "is job control (a terminal's Ctrl-Z, a background read or write), which \
+             lifeguard passes on to the app as a terminal would, so it cannot also begin a drain"
+        }
+        libc::SIGCONT => {
+            "resumes stopped processes (lifeguard sends it after the stop signal itself), \
+             so it cannot also begin a drain"
+        }
         _ => return Ok(signal),
     };
     Err(format!(

@@ -148,12 +148,17 @@ pub fn run(plan: &Plan, board: HelperBoard) -> Infallible {
         faults::point("helper-main");
         match watch.stuck(STUCK) {
             None => {
+                desk.board.say_hung(false);
                 desk.board.beat();
                 told = None;
             }
             Some((helper, why)) => {
                 // A starved thread is not restarted: a new process would wait for the CPU
                 // alike, spend it on starting, and lose the sampler's state at the peak.
+                // A hung one is said on the Board before the heartbeat stops, so that
+                // supervision, which sees only this thread from outside (at the peak as
+                // starved as any), never spares the helper for it.
+                desk.board.say_hung(why.hung());
                 if !why.hung() {
                     desk.board.beat();
                 }

@@ -113,6 +113,10 @@ pub enum Stuck {
     /// It neither ran nor waited to run since the last look and is not runnable now:
     /// blocked for good (a deadlock, a call that never returns, stopped).
     Blocked,
+    /// It wakes now and then but does not turn, and waited for the CPU less than half
+    /// the time since it last turned: a loop that retries or times out without getting
+    /// anywhere, not a thread short of CPU.
+    Idle { waited: Duration, over: Duration },
     /// It had this much CPU without turning: a spin.
     Spinning(Duration),
     /// Its figures cannot be read: taken as hung, as before they could be.
@@ -135,6 +139,11 @@ impl Stuck {
                 ran.as_millis()
             ),
             Stuck::Blocked => "it neither runs nor waits to run: hung".to_string(),
+            Stuck::Idle { waited, over } => format!(
+                "it wakes but does not turn, and waited for the CPU {:.1}s of {:.1}s: hung",
+                waited.as_secs_f64(),
+                over.as_secs_f64()
+            ),
             Stuck::Spinning(ran) => format!(
                 "it ran {:.1}s of CPU without a turn: spinning",
                 ran.as_secs_f64()
@@ -144,9 +153,17 @@ impl Stuck {
     }
 }
 
-/// What a helper that has not turned since `since` is, from its figures then, at the
-/// last look, and now (pure).
-pub fn judge(since: Option<Sched>, last: Option<Sched>, now: Option<Sched>) -> Stuck {
+/// What a helper that has not turned for `over` (since `since`) is, from its figures
+/// then, at the last look, and now (pure). Starved means waiting for the CPU: runnable
+/// now, or, having run or waited since the last look, waiting on a run queue for at least
+/// half the time since it last turned. Any movement is not enough: a thread that wakes
+/// and sleeps again without turning is idle, and hung.
+pub fn judge(
+    since: Option<Sched>,
+    last: Option<Sched>,
+    now: Option<Sched>,
+    over: Duration,
+) -> Stuck {
     let (Some(since), Some(last), Some(now)) = (since, last, now) else {
         return Stuck::Unknown;
     };
@@ -154,14 +171,17 @@ pub fn judge(since: Option<Sched>, last: Option<Sched>, now: Option<Sched>) -> S
     if ran >= SPIN {
         return Stuck::Spinning(ran);
     }
-    let waited_lately = now.waited > last.waited || now.ran > last.ran;
-    if now.runnable || waited_lately {
-        Stuck::Starved {
-            waited: now.waited.saturating_sub(since.waited),
-            ran,
-        }
+    let waited = now.waited.saturating_sub(since.waited);
+    if now.runnable {
+        return Stuck::Starved { waited, ran };
+    }
+    if now.waited <= last.waited && now.ran <= last.ran {
+        return Stuck::Blocked;
+    }
+    if waited * 2 >= over {
+        Stuck::Starved { waited, ran }
     } else {
-        Stuck::Blocked
+        Stuck::Idle { waited, over }
     }
 }
 
@@ -204,7 +224,8 @@ impl Watch {
                 continue;
             }
             if seen.since.is_some_and(|at| now.duration_since(at) >= limit) {
-                let verdict = judge(seen.sched_since, seen.sched_last, sched);
+                let over = seen.since.map_or(limit, |at| now.duration_since(at));
+                let verdict = judge(seen.sched_since, seen.sched_last, sched, over);
                 if stuck.is_none_or(|(_, was)| !was.hung() && verdict.hung()) {
                     stuck = Some((helper, verdict));
                 }
@@ -358,32 +379,49 @@ mod tests {
         })
     }
 
+    const FIVE: Duration = Duration::from_secs(5);
+
     #[test]
     fn a_starved_thread_is_told_from_a_hung_one() {
         let since = sched(100, 50, false);
         // Runnable now, or it waited on a run queue since the last look: starved.
         assert_eq!(
-            judge(since, sched(101, 900, false), sched(102, 4200, true)),
+            judge(since, sched(101, 900, false), sched(102, 4200, true), FIVE),
             Stuck::Starved {
                 waited: Duration::from_millis(4150),
                 ran: Duration::from_millis(2)
             }
         );
-        assert!(!judge(since, sched(101, 900, false), sched(101, 1300, false)).hung());
+        assert!(!judge(since, sched(101, 900, false), sched(101, 4300, false), FIVE).hung());
         // Asleep, and neither ran nor waited since the last look: blocked (a deadlock, a
         // SIGSTOP), though it waited before.
         assert_eq!(
-            judge(since, sched(101, 900, false), sched(101, 900, false)),
+            judge(since, sched(101, 900, false), sched(101, 900, false), FIVE),
             Stuck::Blocked
         );
         // A second of CPU without a turn: spinning, starved or not.
         assert_eq!(
-            judge(since, sched(600, 60, true), sched(1100, 70, true)),
+            judge(since, sched(600, 60, true), sched(1100, 70, true), FIVE),
             Stuck::Spinning(Duration::from_millis(1000))
         );
-        assert_eq!(judge(since, None, sched(1, 1, true)), Stuck::Unknown);
+        assert_eq!(judge(since, None, sched(1, 1, true), FIVE), Stuck::Unknown);
         assert!(Stuck::Blocked.hung() && Stuck::Unknown.hung());
-        let said = judge(since, since, sched(103, 3250, true)).why();
+        // Woke now and then (a retry, a timed-out wait) without turning, hardly ever
+        // waiting for the CPU: idle, and hung, however little it ran.
+        let idle = judge(since, sched(110, 60, false), sched(120, 70, false), FIVE);
+        assert_eq!(
+            idle,
+            Stuck::Idle {
+                waited: Duration::from_millis(20),
+                over: FIVE
+            }
+        );
+        assert!(idle.hung());
+        assert_eq!(
+            idle.why(),
+            "it wakes but does not turn, and waited for the CPU 0.0s of 5.0s: hung"
+        );
+        let said = judge(since, since, sched(103, 3250, true), FIVE).why();
         assert_eq!(
             said,
             "starved of CPU, not hung: it waited 3.2s to run and ran 3ms"

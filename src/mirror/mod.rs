@@ -72,6 +72,7 @@ pub fn run(settings: Mirror) -> anyhow::Result<ExitCode> {
     let mut table = Table {
         conns: Vec::new(),
         cap,
+        accepts_rest_until: None,
     };
     let mut signals = Vec::new();
     loop {
@@ -329,11 +330,27 @@ impl Conn {
 struct Table {
     conns: Vec<Conn>,
     cap: usize,
+    /// Accepting rests until then after an accept failed for want of a resource (no
+    /// descriptor and no connection to close for one, no memory, no buffers): the
+    /// queued connection stays queued, so the listener would wake every wait and the
+    /// loop spin on it.
+    accepts_rest_until: Option<Instant>,
 }
+
+/// How long accepting rests after an accept failed for want of a resource: checks
+/// queue meanwhile (the kernel answers their handshakes), and the loop sleeps.
+const ACCEPT_REST: Duration = Duration::from_millis(100);
 
 impl Table {
     fn next_deadline(&self) -> Option<Instant> {
-        self.conns.iter().map(|c| c.since + STALL_LIMIT).min()
+        (self.conns.iter().map(|c| c.since + STALL_LIMIT))
+            .chain(self.accepts_rest_until)
+            .min()
+    }
+
+    /// Whether the listeners are waited on now (not while accepting rests).
+    fn accepting(&self, now: Instant) -> bool {
+        self.accepts_rest_until.is_none_or(|until| now >= until)
     }
 
     /// The loop's one wait: the signalfd, the listeners, the connections. Returns
@@ -353,11 +370,12 @@ impl Table {
         };
         let mut fds = Vec::with_capacity(1 + listeners.len() + self.conns.len());
         fds.push(PollFd::new(inbox.as_fd(), PollFlags::POLLIN));
-        fds.extend(
-            listeners
-                .iter()
-                .map(|l| PollFd::new(l.as_fd(), PollFlags::POLLIN)),
-        );
+        let listen = if self.accepting(Instant::now()) {
+            PollFlags::POLLIN
+        } else {
+            PollFlags::empty()
+        };
+        fds.extend(listeners.iter().map(|l| PollFd::new(l.as_fd(), listen)));
         fds.extend(
             self.conns
                 .iter()
@@ -387,6 +405,10 @@ impl Table {
     /// a check's request has usually arrived with it, and is answered without another
     /// wait.
     fn accept(&mut self, listener: &TcpListener, look: &mut Look, now: Instant) {
+        if !self.accepting(now) {
+            return;
+        }
+        self.accepts_rest_until = None;
         for _ in 0..ACCEPTS_PER_TURN {
             match listener.accept() {
                 Ok((stream, _)) => {
@@ -419,9 +441,16 @@ impl Table {
                 {
                     self.evict()
                 }
-                // A connection that failed before it was taken (ECONNABORTED, a
-                // network error): the queue is tried again next turn.
-                Err(_) => return,
+                // A connection that failed before it was taken: it is gone from the
+                // queue, which is tried again next turn.
+                Err(err) if err.raw_os_error() == Some(libc::ECONNABORTED) => return,
+                // Out of a resource with nothing to free (EMFILE with no connection
+                // open, ENFILE, ENOMEM, ENOBUFS): the connection stays queued, so
+                // accepting rests a moment rather than spin on it.
+                Err(_) => {
+                    self.accepts_rest_until = Some(now + ACCEPT_REST);
+                    return;
+                }
             }
         }
     }

@@ -111,14 +111,6 @@ pub fn supervise(
         }
     };
     logging::info("app started", &[("pid", &app_pid), ("command", &program)]);
-    if let Some(notice) = docker_stop_notice(
-        kernel::is_pid1(),
-        std::path::Path::new("/.dockerenv").is_file(),
-        |name| std::env::var_os(name).is_some(),
-        settings.lifecycle.grace,
-    ) {
-        logging::notice(notice, &[]);
-    }
 
     let supervisor = Supervisor {
         keeper: Keeper::new(
@@ -149,6 +141,7 @@ pub fn supervise(
         told_own_signal: false,
         helper_sched: None,
         spared_since: None,
+        starved_from: None,
     };
     // The helper process is forked by the loop keeper::FIRST_START after the app's
     // spawn: its start is off the app's way.
@@ -156,36 +149,6 @@ pub fn supervise(
     kernel::restore_terminal(terminal);
     logging::notice("exiting", &[("code", &code)]);
     Ok(code)
-}
-
-/// Docker's own stop timeout: `docker stop` (and a compose `down`) sends SIGKILL this
-/// long after its SIGTERM unless the container was started with another.
-const DOCKER_STOP_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// At start, as PID 1 of what looks like a plain Docker container (Docker writes
-/// `/.dockerenv` into every container; ECS and Kubernetes set variables of their own and
-/// stop containers with their own timeouts), whether to say that Docker's default stop
-/// timeout is shorter than `--grace`: a container killed at 10 s exits 137 with no
-/// "grace deadline reached" line, and the plan in the SIGTERM's line is all that would
-/// explain it. Said whatever the container was started with: lifeguard cannot see its
-/// `--stop-timeout` from inside.
-fn docker_stop_notice(
-    pid1: bool,
-    dockerenv: bool,
-    set: impl Fn(&str) -> bool,
-    grace: Duration,
-) -> Option<String> {
-    let orchestrated = crate::settings::ORCHESTRATOR_VARIABLES
-        .iter()
-        .any(|name| set(name));
-    (pid1 && dockerenv && !orchestrated && grace >= DOCKER_STOP_TIMEOUT).then(|| {
-        format!(
-            "reminder, under Docker: `docker stop` sends SIGKILL {} after its SIGTERM unless the container was started with a longer --stop-timeout (compose: stop_grace_period), which lifeguard cannot see from inside; with --grace {} give it {} or more, or lower --grace",
-            crate::seconds::human(DOCKER_STOP_TIMEOUT),
-            crate::seconds::human(grace),
-            crate::seconds::human(grace + Duration::from_secs(5)),
-        )
-    })
 }
 
 /// What the exec failure means for COMMAND: the kernel says EACCES both for a file
@@ -386,27 +349,5 @@ mod tests {
             .unwrap();
         let addr = listeners[0].local_addr().unwrap();
         std::net::TcpStream::connect(addr).expect("the endpoint's socket listens");
-    }
-
-    #[test]
-    fn dockers_short_stop_timeout_is_said_only_where_it_applies() {
-        let none = |_: &str| false;
-        let grace = Duration::from_secs(25);
-        let said = docker_stop_notice(true, true, none, grace).unwrap();
-        assert!(
-            said.contains("10s") && said.contains("25s") && said.contains("30s"),
-            "{said}"
-        );
-        // Not PID 1, no /.dockerenv, under ECS or Kubernetes, or a grace within 10 s.
-        assert_eq!(docker_stop_notice(false, true, none, grace), None);
-        assert_eq!(docker_stop_notice(true, false, none, grace), None);
-        let ecs = |n: &str| n == "ECS_CONTAINER_METADATA_URI_V4";
-        assert_eq!(docker_stop_notice(true, true, ecs, grace), None);
-        let k8s = |n: &str| n == "KUBERNETES_SERVICE_HOST";
-        assert_eq!(docker_stop_notice(true, true, k8s, grace), None);
-        assert_eq!(
-            docker_stop_notice(true, true, none, Duration::from_secs(8)),
-            None
-        );
     }
 }

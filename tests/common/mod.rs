@@ -784,9 +784,18 @@ pub fn listen_flag(port: u16) -> String {
 /// Builds lifeguard and the testapp with `cargo build ARGS` in a target directory of
 /// their own under target/ (the one `cargo test` holds is locked while tests run);
 /// returns the directory the binaries are in. `what` names the build in the failure.
+///
+/// Where scripts/test.sh has just made the build itself, it names the directory in
+/// `TEST_BUILT_TARGETS` (comma-separated), and cargo is not asked again: the test runner
+/// starts each test in a process of its own, and a dozen cargos asking at once whether
+/// a build is fresh queue on cargo's locks for most of a minute.
 pub fn build(dir: &str, cargo_args: &[&str], what: &str) -> std::path::PathBuf {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
     let target_dir = root.join("target").join(dir);
+    let built = std::env::var("TEST_BUILT_TARGETS").unwrap_or_default();
+    if built.split(',').any(|d| d == dir) {
+        return target_dir;
+    }
     let out = Command::new(env!("CARGO"))
         .current_dir(root)
         .arg("build")

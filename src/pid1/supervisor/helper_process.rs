@@ -2,7 +2,7 @@
 //! when hung, asked to leave and let go; its deaths counted and said.
 #![forbid(unsafe_code)]
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use super::said::status_text;
 use super::Supervisor;
@@ -25,6 +25,7 @@ impl<S: Sys> Supervisor<S> {
         {
             // It beats again: the starved spell is over.
             self.spared_since = None;
+            self.starved_from = None;
         }
         if let Some(what) = self.keeper.tick(last_beat, now, late) {
             if let Do::Kill {
@@ -32,15 +33,7 @@ impl<S: Sys> Supervisor<S> {
                 hung_for: Some(silent),
             } = what
             {
-                if self.helper_starved(pid) {
-                    self.keeper.spare(pid, now);
-                    if self.spared_since.is_none() {
-                        logging::notice(
-                            "the helper process has not beaten, but its thread waits for the CPU (starved at the quota, not hung): it goes on",
-                            &[("pid", &pid), ("silent_for", &crate::seconds::measured(silent))],
-                        );
-                    }
-                    self.spared_since = Some(now);
+                if self.spare_as_starved(pid, silent, now) {
                     return;
                 }
             }
@@ -58,13 +51,45 @@ impl<S: Sys> Supervisor<S> {
         }
     }
 
+    /// Whether the silent helper `pid` is kept, as starved of CPU rather than hung:
+    /// never when it has said itself that a thread of its hangs (its beating thread,
+    /// seen from here, is as starved as any at the peak), nor once a starved spell has
+    /// lasted `STARVED_LIMIT` (said once); else when its beating thread waits for the
+    /// CPU (`starved_not_hung`).
+    fn spare_as_starved(&mut self, pid: i32, silent: Duration, now: Instant) -> bool {
+        if self.board.helper_says_hung(pid) || !self.helper_starved(pid, now) {
+            return false;
+        }
+        let from = *self.starved_from.get_or_insert(now);
+        if now.saturating_duration_since(from) >= STARVED_LIMIT {
+            logging::error(
+                "the helper process has been starved of CPU without a heartbeat for too long: it is replaced anyway",
+                &[
+                    ("pid", &pid),
+                    ("starved_for", &crate::seconds::measured(now - from)),
+                ],
+            );
+            self.starved_from = None;
+            return false;
+        }
+        self.keeper.spare(pid, now);
+        if self.spared_since.is_none() {
+            logging::notice(
+                "the helper process has not beaten, but its thread waits for the CPU (starved at the quota, not hung): it goes on",
+                &[("pid", &pid), ("silent_for", &crate::seconds::measured(silent))],
+            );
+        }
+        self.spared_since = Some(now);
+        true
+    }
+
     /// Whether the helper's beating thread is starved rather than hung
     /// (`starved_not_hung`), from a reading now; false where /proc cannot show it.
-    fn helper_starved(&mut self, pid: i32) -> bool {
+    fn helper_starved(&mut self, pid: i32, at: Instant) -> bool {
         let Some(now) = self.sys.helper_sched(pid) else {
             return false;
         };
-        starved_not_hung(pid, self.helper_sched.replace((pid, now)), now)
+        starved_not_hung(pid, self.helper_sched.replace((pid, now, at)), now, at)
     }
 
     pub(super) fn keeper_do(&mut self, what: Do, now: Instant) {
@@ -141,18 +166,35 @@ impl<S: Sys> Supervisor<S> {
     }
 }
 
-/// Starved, not hung: the thread is runnable (waiting for a CPU, as every thread of a
-/// cgroup at its quota does) and not spinning (less than a second of CPU since the last
-/// reading of the same helper's). Asleep, blocked, in uninterruptible sleep or stopped
-/// (SIGSTOP), it is hung (pure).
+/// The longest starved spell a silent helper is kept through: past it the helper is
+/// replaced anyway, in case what looked like starvation was a hang (a new helper at
+/// the peak costs a start and the sampler's state, but a hung one costs every figure
+/// for as long as the peak lasts). Longer than a peak's minute.
+pub(super) const STARVED_LIMIT: Duration = Duration::from_secs(120);
+
+/// Starved, not hung: the thread is not spinning (less than a second of CPU since the
+/// last reading of the same helper's), and it waits for the CPU — runnable now, or
+/// waiting on a run queue for at least half the time since that reading (the kernel
+/// adds a wait to the figure when it ends, so a thread that wakes, waits its turn, runs
+/// a moment and sleeps again shows here). Asleep, blocked, in uninterruptible sleep or
+/// stopped (SIGSTOP) without such waits, it is hung (pure).
 pub(super) fn starved_not_hung(
     pid: i32,
-    before: Option<(i32, crate::kernel::Sched)>,
+    before: Option<(i32, crate::kernel::Sched, Instant)>,
     now: crate::kernel::Sched,
+    at: Instant,
 ) -> bool {
-    let ran = match before {
-        Some((seen, before)) if seen == pid => now.ran.saturating_sub(before.ran),
-        _ => std::time::Duration::ZERO,
-    };
-    now.runnable && ran < std::time::Duration::from_secs(1)
+    let before = before.filter(|(seen, _, _)| *seen == pid);
+    let ran = before.map_or(Duration::ZERO, |(_, before, _)| {
+        now.ran.saturating_sub(before.ran)
+    });
+    if ran >= Duration::from_secs(1) {
+        return false;
+    }
+    let mostly_waiting = before.is_some_and(|(_, before, then)| {
+        let waited = now.waited.saturating_sub(before.waited);
+        let span = at.saturating_duration_since(then);
+        !span.is_zero() && waited * 2 >= span
+    });
+    now.runnable || mostly_waiting
 }

@@ -75,10 +75,12 @@ pub struct Supervisor<S: Sys> {
     pub woke_late: Duration,
     /// A signal lifeguard raised itself has been logged (once is enough).
     pub told_own_signal: bool,
-    /// The helper's beating thread as last read, when its silence was judged.
-    pub helper_sched: Option<(i32, crate::kernel::Sched)>,
-    /// Since when a silent helper has been kept as starved (said once a spell).
+    /// The helper's beating thread as last read, when its silence was judged, and when.
+    pub helper_sched: Option<(i32, crate::kernel::Sched, Instant)>,
+    /// When a silent helper was last kept as starved (said once a spell).
     pub spared_since: Option<Instant>,
+    /// When the spell of starvation began (bounded by `STARVED_LIMIT`).
+    pub starved_from: Option<Instant>,
 }
 
 impl<S: Sys> Supervisor<S> {

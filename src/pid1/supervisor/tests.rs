@@ -300,6 +300,7 @@ fn run_on(
         told_own_signal: false,
         helper_sched: None,
         spared_since: None,
+        starved_from: None,
     };
     let code = supervisor.run();
     let fake = std::mem::take(&mut *fake.borrow_mut());
@@ -610,38 +611,52 @@ fn a_failed_listen_tells_readiness_the_port_cannot_listen() {
 fn a_silent_helper_is_starved_only_while_its_thread_waits_to_run_without_spinning() {
     use super::helper_process::starved_not_hung;
     use crate::kernel::Sched;
-    let at = |ran_ms: u64, runnable: bool| Sched {
+    let at = |ran_ms: u64, waited_ms: u64, runnable: bool| Sched {
         ran: Duration::from_millis(ran_ms),
-        waited: Duration::from_secs(9),
+        waited: Duration::from_millis(waited_ms),
         runnable,
     };
-    for (before, now, starved, why) in [
-        (None, at(5, true), true, "waiting to run, first look"),
+    let then = Instant::now();
+    let now = then + Duration::from_secs(2);
+    for (before, sched, starved, why) in [
+        (None, at(5, 9_000, true), true, "waiting to run, first look"),
         (
-            Some((7, at(5, true))),
-            at(11, true),
+            Some((7, at(5, 9_000, true), then)),
+            at(11, 10_000, true),
             true,
             "ran 6 ms in a look: starved",
         ),
         (
-            Some((7, at(5, true))),
-            at(1_500, true),
+            Some((7, at(5, 9_000, true), then)),
+            at(1_500, 9_000, true),
             false,
             "ran 1.5 s: spinning",
         ),
         (
-            Some((8, at(5, true))),
-            at(1_500, true),
+            Some((8, at(5, 9_000, true), then)),
+            at(1_500, 9_000, true),
             true,
             "another helper's figures say nothing",
         ),
         (
             None,
-            at(5, false),
+            at(5, 9_000, false),
             false,
             "asleep, blocked or stopped: hung",
         ),
+        (
+            Some((7, at(5, 9_000, false), then)),
+            at(8, 10_500, false),
+            true,
+            "asleep now, but 1.5 s of the 2 s waiting its turn: starved",
+        ),
+        (
+            Some((7, at(5, 9_000, false), then)),
+            at(8, 9_010, false),
+            false,
+            "woke now and then, hardly ever waiting for the CPU: hung",
+        ),
     ] {
-        assert_eq!(starved_not_hung(7, before, now), starved, "{why}");
+        assert_eq!(starved_not_hung(7, before, sched, now), starved, "{why}");
     }
 }
