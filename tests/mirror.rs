@@ -484,11 +484,7 @@ fn cpu_ticks(pid: i32) -> u64 {
 /// it again would take CAP_SYS_RESOURCE, which a container's root may lack).
 fn set_nofile(pid: i32, limit: usize) {
     let out = std::process::Command::new("prlimit")
-        .args([
-            "--pid",
-            &pid.to_string(),
-            &format!("--nofile={limit}:"),
-        ])
+        .args(["--pid", &pid.to_string(), &format!("--nofile={limit}:")])
         .output()
         .expect("THIS TEST CANNOT RUN: no prlimit (util-linux)");
     assert!(
