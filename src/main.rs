@@ -51,12 +51,9 @@ fn run() -> anyhow::Result<ExitCode> {
         .filter_map(|(name, _)| name.into_string().ok())
         .filter(|name| name.starts_with("LIFEGUARD_"))
         .collect();
-    let run = match cli::parse(
-        std::env::args_os(),
-        |name| std::env::var(name).ok(),
-        &twins,
-        engine(),
-    ) {
+    // One closure for every lookup: each closure type would be compiled again.
+    let lookup = |name: &str| std::env::var(name).ok();
+    let run = match cli::parse(std::env::args_os(), lookup, &twins, engine(&lookup)) {
         Parsed::Run(run) => run,
         Parsed::Probe(probe) => {
             logging::init(probe.log.level, probe.log.format);
@@ -111,13 +108,10 @@ fn run() -> anyhow::Result<ExitCode> {
 
 /// Where lifeguard runs (cli::engine decides it from these facts): its stop's defaults
 /// fit the engine's stop.
-fn engine() -> Option<settings::Engine> {
-    cli::engine(
-        kernel::is_pid1(),
-        // Regular files, as the engines write them.
-        |path| std::path::Path::new(path).is_file(),
-        |name| std::env::var(name).ok(),
-    )
+fn engine(lookup: &dyn Fn(&str) -> Option<String>) -> Option<settings::Engine> {
+    // Regular files, as the engines write them.
+    let written: fn(&str) -> bool = |path| std::path::Path::new(path).is_file();
+    cli::engine(kernel::is_pid1(), written, lookup)
 }
 
 /// The settings' warnings, and the `LIFEGUARD_*` variables nobody knows (a misspelling

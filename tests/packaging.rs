@@ -2,6 +2,8 @@
 //! a user to install: a package the scripts install but the README leaves out is a
 //! build that works in CI and fails by hand.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::Path;
 
@@ -120,9 +122,11 @@ fn every_group_the_scripts_ask_for_exists() {
 fn the_release_script_writes_both_binaries_their_checksums_and_an_sbom() {
     // Builds both static binaries (already built by scripts/test.sh and the container
     // tests, so cargo finds little to do) and lays out the release.
-    let out = std::process::Command::new(root().join("scripts/release.sh"))
-        .output()
-        .expect("THIS TEST CANNOT RUN: scripts/release.sh did not start");
+    let out = common::as_from_the_shell(&mut std::process::Command::new(
+        root().join("scripts/release.sh"),
+    ))
+    .output()
+    .expect("THIS TEST CANNOT RUN: scripts/release.sh did not start");
     assert!(
         out.status.success(),
         "scripts/release.sh failed:\n{}{}",
@@ -388,7 +392,7 @@ fn the_readme_verify_steps_run_as_written_and_the_release_rebuilds_bit_for_bit()
             ))
         })
         .expect("the README's one-binary verify line, for the newest release");
-    let out = std::process::Command::new("bash")
+    let out = common::as_from_the_shell(&mut std::process::Command::new("bash"))
         .args(["-c", verify])
         .current_dir(root())
         .output()

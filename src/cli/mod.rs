@@ -168,13 +168,34 @@ fn settings_or_refusal(
     code: u8,
     engine: Option<Engine>,
 ) -> Parsed {
-    match settings(cli, sources, lookup, engine) {
+    let given = |source: Option<ValueSource>, value| {
+        (source.is_some() && source != Some(ValueSource::DefaultValue)).then_some(value)
+    };
+    let given = stop_plan::Given {
+        delay: given(sources.drain_delay, cli.drain_delay),
+        max: cli.drain_max,
+        grace: given(sources.grace, cli.grace),
+    };
+    let probe = cli.probe.is_some();
+    match settings(cli, sources, lookup, engine, given) {
         Ok(parsed) => parsed,
-        Err(message) => Parsed::Exit {
-            message: format!("error: {message}\n\nFor more information, try '--help'.\n"),
-            code,
-            to_stdout: false,
-        },
+        Err(message) => {
+            // What the start would have said of its stop plan comes before a refusal
+            // that follows the plan: a usage error must not hide the defaults it chose.
+            let mut said = String::new();
+            if let (false, Ok(plan)) = (probe, stop_plan::stop_plan(engine, given)) {
+                for notice in plan.notices {
+                    said.push_str("lifeguard: ");
+                    said.push_str(&notice);
+                    said.push('\n');
+                }
+            }
+            Parsed::Exit {
+                message: format!("{said}error: {message}\n\nFor more information, try '--help'.\n"),
+                code,
+                to_stdout: false,
+            }
+        }
     }
 }
 
@@ -391,16 +412,9 @@ fn settings(
     sources: CheckSources,
     lookup: &impl Fn(&str) -> Option<String>,
     engine: Option<Engine>,
+    given: stop_plan::Given,
 ) -> Result<Parsed, String> {
     let probe = cli.probe.clone().map(|target| (target, cli.probe_timeout));
-    let given = |source: Option<ValueSource>, value| {
-        (source.is_some() && source != Some(ValueSource::DefaultValue)).then_some(value)
-    };
-    let given = stop_plan::Given {
-        delay: given(sources.drain_delay, cli.drain_delay),
-        max: cli.drain_max,
-        grace: given(sources.grace, cli.grace),
-    };
     // The probe runs beside a lifeguard configured by flags it does not see (the
     // ENTRYPOINT's); it neither refuses over a stop it does not run nor says its plan.
     let (drain_max, notices) = if probe.is_none() {
@@ -411,28 +425,6 @@ fn settings(
     } else {
         (cli.drain_max.unwrap_or(cli.grace), Vec::new())
     };
-    // What was said of the plan comes before any refusal that follows: a usage error
-    // must not hide the defaults it was given.
-    let told = notices.clone();
-    let with_notices = move |message: String| {
-        told.iter()
-            .map(|notice| format!("lifeguard: {notice}\n"))
-            .chain([message])
-            .collect::<String>()
-    };
-    settings_after_the_plan(cli, sources, lookup, probe, drain_max, notices).map_err(with_notices)
-}
-
-/// `settings` once the stop plan is decided: the rest of a run's settings, or a
-/// probe's.
-fn settings_after_the_plan(
-    cli: Cli,
-    sources: CheckSources,
-    lookup: &impl Fn(&str) -> Option<String>,
-    probe: Option<(crate::settings::ProbeTarget, std::time::Duration)>,
-    drain_max: std::time::Duration,
-    notices: Vec<String>,
-) -> Result<Parsed, String> {
     // dumb-init's way to ask for the child alone (its -c).
     // dumb-init's own rule is `0` alone; its other false forms are taken too.
     let single_child = cli.single_child

@@ -17,8 +17,8 @@ use crate::settings::{Engine, ORCHESTRATOR_VARIABLES};
 /// lifeguard is not what a plain engine stops. The one place the engine is decided.
 pub fn engine(
     pid1: bool,
-    written: impl Fn(&str) -> bool,
-    lookup: impl Fn(&str) -> Option<String>,
+    written: fn(&str) -> bool,
+    lookup: &dyn Fn(&str) -> Option<String>,
 ) -> Option<Engine> {
     let set = |name: &str| lookup(name).is_some_and(|v| !v.trim().is_empty());
     let [ecs_v4, ecs, kubernetes] = ORCHESTRATOR_VARIABLES;
@@ -119,7 +119,7 @@ pub fn stop_plan(engine: Option<Engine>, given: Given) -> Result<StopPlan, Strin
     }
     // Halfway from the drain delay to the grace deadline, so the app keeps time to shut
     // down before the SIGKILL.
-    let max = given.max.unwrap_or(delay + (grace - delay) / 2);
+    let max = given.max.unwrap_or(delay + grace.saturating_sub(delay) / 2);
     if max < delay || max >= grace {
         return Err(format!(
             "--drain-max ({}) must be at least --drain-delay ({}) and shorter than --grace ({})",
@@ -151,33 +151,38 @@ fn plain_defaults(
     grace: Duration,
     extended: bool,
 ) -> Option<String> {
-    let mut chosen = Vec::new();
+    // Built piece by piece rather than by a format! per case: the build without the SDK
+    // has bytes to spare for none of them.
+    let mut chosen = String::new();
+    let mut say = |flag: &str, value: Duration| {
+        if !chosen.is_empty() {
+            chosen.push_str(", ");
+        }
+        chosen.push_str(flag);
+        chosen.push_str(&human(value).to_string());
+    };
     if given.delay.is_none() && given.max.is_none() {
-        chosen.push(format!("--drain-delay {}", human(delay)));
+        say("--drain-delay ", delay);
     }
-    if extended {
-        let drain = match given.max {
-            Some(max) => format!("--drain-max {}", human(max)),
-            None => format!("--drain-delay {}", human(delay)),
-        };
-        chosen.push(format!(
-            "--grace {}, to hold the {drain} given",
-            human(grace)
-        ));
-    } else if given.grace.is_none() {
-        chosen.push(format!("--grace {}", human(grace)));
+    if given.grace.is_none() {
+        say("--grace ", grace);
+        if extended {
+            match given.max {
+                Some(max) => say("to hold the --drain-max ", max),
+                None => say("to hold the --drain-delay ", delay),
+            }
+            chosen.push_str(" given");
+        }
     }
     if chosen.is_empty() {
         return None;
     }
     Some(format!(
-        "defaults for a plain {} container (no ECS or Kubernetes variables): {}: nothing \
-         routes to it by readiness, and `{} stop` sends SIGKILL at {}; give the flags (or \
-         their LIFEGUARD_* twins) to choose others",
+        "defaults for a plain {} container (no ECS or Kubernetes variables): {chosen}: \
+         nothing routes to it by readiness, and `{} stop` sends SIGKILL at 10s; give the \
+         flags (or their LIFEGUARD_* twins) to choose others",
         engine.name(),
-        chosen.join(", "),
         engine.command(),
-        human(ENGINE_STOP_WINDOW),
     ))
 }
 
@@ -185,21 +190,19 @@ fn plain_defaults(
 /// to give the container a longer one (lifeguard cannot see the one it was given).
 fn stop_window(engine: Engine, grace: Duration) -> String {
     let enough = (grace + Duration::from_secs(5)).as_secs();
-    let how = match engine {
-        Engine::Podman => format!("podman run --stop-timeout {enough}"),
-        _ => format!(
-            "docker run --stop-timeout {enough}, or in compose stop_grace_period: {enough}s"
-        ),
+    let compose = if engine == Engine::Podman {
+        String::new()
+    } else {
+        format!(", or in compose stop_grace_period: {enough}s")
     };
     format!(
-        "reminder, under {}: `{} stop` sends SIGKILL {} after its SIGTERM unless the \
+        "reminder, under {}: `{cmd} stop` sends SIGKILL 10s after its SIGTERM unless the \
          container was started with a longer stop timeout, which lifeguard cannot see from \
-         inside; this stop's grace is {}, so give it {enough}s or more ({how}), or lower \
-         --grace",
+         inside; this stop's grace is {}, so give it {enough}s or more ({cmd} run \
+         --stop-timeout {enough}{compose}), or lower --grace",
         engine.name(),
-        engine.command(),
-        human(ENGINE_STOP_WINDOW),
         human(grace),
+        cmd = engine.command(),
     )
 }
 
@@ -355,20 +358,20 @@ mod tests {
                     .map(|(_, v)| v.to_string())
             }
         };
-        let docker = |path: &str| path == "/.dockerenv";
-        let podman = |path: &str| path == "/run/.containerenv";
-        assert_eq!(engine(true, docker, vars(&[])), Some(Engine::Docker));
-        assert_eq!(engine(true, podman, vars(&[])), Some(Engine::Podman));
+        let docker: fn(&str) -> bool = |path| path == "/.dockerenv";
+        let podman: fn(&str) -> bool = |path| path == "/run/.containerenv";
+        assert_eq!(engine(true, docker, &vars(&[])), Some(Engine::Docker));
+        assert_eq!(engine(true, podman, &vars(&[])), Some(Engine::Podman));
         // Not PID 1: not what the engine stops.
-        assert_eq!(engine(false, docker, vars(&[])), None);
-        assert_eq!(engine(true, |_| false, vars(&[])), None);
+        assert_eq!(engine(false, docker, &vars(&[])), None);
+        assert_eq!(engine(true, |_| false, &vars(&[])), None);
         // ECS on EC2 runs Docker; a pod may run on a Docker node.
         let ecs = vars(&[("ECS_CONTAINER_METADATA_URI_V4", "http://169.254.170.2/v4/x")]);
-        assert_eq!(engine(true, docker, ecs), Some(Engine::Ecs));
+        assert_eq!(engine(true, docker, &ecs), Some(Engine::Ecs));
         let k8s = vars(&[("KUBERNETES_SERVICE_HOST", "10.96.0.1")]);
-        assert_eq!(engine(true, docker, k8s), Some(Engine::Kubernetes));
+        assert_eq!(engine(true, docker, &k8s), Some(Engine::Kubernetes));
         // Set but blank is unset (`ENV KUBERNETES_SERVICE_HOST=` in an image).
         let blank = vars(&[("KUBERNETES_SERVICE_HOST", " ")]);
-        assert_eq!(engine(true, docker, blank), Some(Engine::Docker));
+        assert_eq!(engine(true, docker, &blank), Some(Engine::Docker));
     }
 }

@@ -178,7 +178,7 @@ pub fn judge(
     if now.waited <= last.waited && now.ran <= last.ran {
         return Stuck::Blocked;
     }
-    if waited * 2 >= over {
+    if waited >= over / 2 {
         Stuck::Starved { waited, ran }
     } else {
         Stuck::Idle { waited, over }

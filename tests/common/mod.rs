@@ -197,6 +197,38 @@ pub fn without_inherited_settings(cmd: &mut Command) -> &mut Command {
     cmd
 }
 
+/// Removes from `cmd` what cargo and the test runner put in a test's environment
+/// (`CARGO_PKG_*`, `CARGO_MANIFEST_DIR`, `OUT_DIR`, lifeguard's `BUILT_*`, `NEXTEST_*`),
+/// for a cargo build the test starts: build scripts name variables like these in
+/// `rerun-if-env-changed` (ring's names `OUT_DIR` and `CARGO_PKG_NAME`), so a build
+/// under the test's environment and one under the shell's would each find the other's
+/// stale and build everything again.
+pub fn as_from_the_shell(cmd: &mut Command) -> &mut Command {
+    for (name, _) in std::env::vars_os() {
+        let text = name.to_string_lossy();
+        let injected = [
+            "CARGO_PKG_",
+            "CARGO_MANIFEST_",
+            "CARGO_CRATE_",
+            "CARGO_BIN_",
+            "NEXTEST",
+        ]
+        .iter()
+        .any(|prefix| text.starts_with(prefix))
+            || [
+                "OUT_DIR",
+                "BUILT_COMMIT",
+                "BUILT_TARGET",
+                "CARGO_PRIMARY_PACKAGE",
+            ]
+            .contains(&&*text);
+        if injected {
+            cmd.env_remove(&name);
+        }
+    }
+    cmd
+}
+
 /// The lifeguard binary as a Command, free of inherited settings.
 pub fn lifeguard() -> Command {
     let argv = lifeguard_argv();
@@ -796,7 +828,7 @@ pub fn build(dir: &str, cargo_args: &[&str], what: &str) -> std::path::PathBuf {
     if built.split(',').any(|d| d == dir) {
         return target_dir;
     }
-    let out = Command::new(env!("CARGO"))
+    let out = as_from_the_shell(&mut Command::new(env!("CARGO")))
         .current_dir(root)
         .arg("build")
         .args(cargo_args)

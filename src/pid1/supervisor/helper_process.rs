@@ -194,7 +194,7 @@ pub(super) fn starved_not_hung(
     let mostly_waiting = before.is_some_and(|(_, before, then)| {
         let waited = now.waited.saturating_sub(before.waited);
         let span = at.saturating_duration_since(then);
-        !span.is_zero() && waited * 2 >= span
+        !span.is_zero() && waited >= span / 2
     });
     now.runnable || mostly_waiting
 }
