@@ -163,6 +163,14 @@ impl Container {
         )
     }
 
+    /// The logs once the app has said it is ready.
+    fn started(&self) -> String {
+        wait_until("the app to start", || {
+            let logs = self.logs();
+            logs.contains("ready").then_some(logs)
+        })
+    }
+
     fn inspect(&self, format: &str) -> String {
         docker_ok(&["inspect", "--format", format, &self.0])
     }
@@ -331,10 +339,7 @@ fn dockers_own_10_second_kill_explains_itself_in_the_log() {
     // the plan the kill cut short.
     let image = Image::build("docker-kill", &["--grace", "25s"], &["--exit-on", "none"]);
     let c = Container::run(&image);
-    wait_until("the app to start", || {
-        c.logs().contains("ready").then_some(())
-    });
-    let started = c.logs();
+    let started = c.started();
     assert!(
         started
             .contains("reminder, under Docker: `docker stop` sends SIGKILL 10s after its SIGTERM"),
@@ -363,10 +368,7 @@ fn an_image_tuned_for_ecs_starts_under_plain_docker_and_says_the_stop_window_it_
     // window, the plan runs to the end and the app exits 0.
     let image = Image::build("ecs-tuned", &["--drain-delay", "20s"], &[]);
     let c = Container::run(&image);
-    wait_until("the app to start", || {
-        c.logs().contains("ready").then_some(())
-    });
-    let start = c.logs();
+    let start = c.started();
     assert!(
         start.contains("defaults for a plain Docker container")
             && start.contains("--grace 30s, to hold the --drain-delay 20s given"),
@@ -412,10 +414,7 @@ fn under_plain_docker_the_defaults_fit_docker_stop_as_tinis_do() {
     // no orchestrator, waits no drain delay and ends its grace at 9 s: the same.
     let image = Image::build("engine-defaults", &[], &["--linger", "6000"]);
     let c = Container::run(&image);
-    wait_until("the app to start", || {
-        c.logs().contains("ready").then_some(())
-    });
-    let start = c.logs();
+    let start = c.started();
     assert!(
         start.contains("defaults for a plain Docker container")
             && start.contains("--drain-delay 0")
@@ -442,9 +441,7 @@ fn under_plain_docker_the_defaults_fit_docker_stop_as_tinis_do() {
 
     // Kubernetes' service variables (a pod on a Docker node): its defaults stand.
     let c = Container::run_with(&image, &["-e", "KUBERNETES_SERVICE_HOST=10.96.0.1"]);
-    wait_until("the app to start", || {
-        c.logs().contains("ready").then_some(())
-    });
+    c.started();
     assert!(!c.logs().contains("defaults for a plain"), "{}", c.logs());
     let _stop = c.stop_in_background(1);
     assert_eq!(plan_at_the_sigterm(&c), ("5s".into(), "+25s".into()));
@@ -456,15 +453,11 @@ fn under_plain_docker_the_defaults_fit_docker_stop_as_tinis_do() {
             "ECS_CONTAINER_METADATA_URI_V4=http://169.254.170.2/v4/x",
         ],
     );
-    wait_until("the app to start", || {
-        c.logs().contains("ready").then_some(())
-    });
+    c.started();
     let _stop = c.stop_in_background(1);
     assert_eq!(plan_at_the_sigterm(&c), ("5s".into(), "+25s".into()));
     let c = Container::run_with(&image, &["-e", "LIFEGUARD_DRAIN_DELAY=2s"]);
-    wait_until("the app to start", || {
-        c.logs().contains("ready").then_some(())
-    });
+    c.started();
     let _stop = c.stop_in_background(1);
     assert_eq!(plan_at_the_sigterm(&c), ("2s".into(), "+9s".into()));
 }

@@ -748,15 +748,18 @@ fn helpers(run: &Run) -> Vec<i32> {
         .collect()
 }
 
-/// Starts the fault-injection build with `fault` as PID 1 in a fresh 0.25-CPU task
-/// whose app spins 300 threads (the saturation bench's setting); the task, the run and
-/// the first helper process.
-fn at_the_peak_with_fault(name: &str, fault: &str) -> (common::task::Task, Run, i32) {
+/// Starts lifeguard as PID 1 in a fresh 0.25-CPU task whose app spins 300 threads (the
+/// saturation bench's setting) — with `fault`, the fault-injection build with that fault
+/// armed; the task, the run and the first helper process.
+fn at_the_peak(name: &str, fault: Option<&str>) -> (common::task::Task, Run, i32) {
     require_root();
     let mut task = common::task::Task::new(name);
     let group = task.container("app", 1024);
     let mut argv = common::task::Task::wrapper(&group);
-    argv.extend(common::fault_build().iter().cloned());
+    argv.extend(match fault {
+        Some(_) => common::fault_build().to_vec(),
+        None => lifeguard_argv().to_vec(),
+    });
     let (port, app_port) = (free_port(), free_port());
     let (listen, app_port) = (listen_flag(port), app_port.to_string());
     let flags = [
@@ -768,13 +771,15 @@ fn at_the_peak_with_fault(name: &str, fault: &str) -> (common::task::Task, Run, 
         "--drain-delay",
         "0",
     ];
-    let fault = fault.to_string();
+    let fault = fault.map(str::to_string);
     let run = common::start_program(
         &argv,
         Mode::Pid1,
         &args(&flags, &["--http", &app_port, "--burn-threads", "300"]),
         move |cmd| {
-            cmd.env("LIFEGUARD_FAULT", &fault);
+            if let Some(fault) = fault {
+                cmd.env("LIFEGUARD_FAULT", fault);
+            }
         },
     );
     run.ready();
@@ -789,7 +794,7 @@ fn a_helper_thread_stopped_for_good_at_the_peak_is_replaced_within_20_s() {
     // the hang on the Board and stops its heartbeat; supervision, which sees only that
     // starved main thread from outside, must not spare it as starved: a new helper
     // process starts within 20 s, while the peak goes on.
-    let (task, run, first) = at_the_peak_with_fault("lifeguard-hung-at-peak", "sampler:hang");
+    let (task, run, first) = at_the_peak("lifeguard-hung-at-peak", Some("sampler:hang"));
     let throttled_before = task.throttled();
     let from = Instant::now();
     let replaced = wait_until_patient(Duration::from_secs(60), || {
@@ -829,29 +834,7 @@ fn a_helper_starved_at_the_peak_is_not_restarted() {
     // threads, for a minute. The helper's threads then wait seconds for the CPU; that is
     // not a hang, and a new helper process would wait alike, spend the quota on
     // starting, and lose the sampler's state at the moment its figures matter.
-    require_root();
-    let mut task = common::task::Task::new("lifeguard-starved-helper");
-    let group = task.container("app", 1024);
-    let wrapper = common::task::Task::wrapper(&group);
-    let wrapper: Vec<&str> = wrapper.iter().map(String::as_str).collect();
-    let (port, app_port) = (free_port(), free_port());
-    let (listen, app_port) = (listen_flag(port), app_port.to_string());
-    let flags = [
-        "-v",
-        "--listen",
-        &listen,
-        "--inflight-port",
-        &app_port,
-        "--drain-delay",
-        "0",
-    ];
-    let run = start_under(
-        Mode::Pid1,
-        &wrapper,
-        &args(&flags, &["--http", &app_port, "--burn-threads", "300"]),
-    );
-    run.ready();
-    let first = wait_until_patient(Duration::from_secs(60), || helpers(&run).first().copied());
+    let (task, run, first) = at_the_peak("lifeguard-starved-helper", None);
     let throttled_before = task.throttled();
     let (start, mut seen) = (Instant::now(), vec![first]);
     while start.elapsed() < Duration::from_secs(60) {
