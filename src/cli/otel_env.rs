@@ -152,18 +152,39 @@ fn endpoint_of(name: &str, url: &str) -> Result<hyper::Uri, String> {
     }
 }
 
-/// The region of CloudWatch's OTLP endpoint at `host` (`monitoring.<region>.amazonaws.com`,
-/// or `.amazonaws.com.cn` in China), or None for any other host. Pure.
+/// The region of CloudWatch's OTLP endpoint at `host`, or None for any other host.
+/// Pure. The hosts a user can be given for CloudWatch (the AWS endpoints list):
+/// `monitoring.<region>.amazonaws.com` (`.amazonaws.com.cn` in China), the FIPS
+/// endpoint `monitoring-fips.<region>.amazonaws.com`, and an interface VPC endpoint's
+/// own names, `vpce-<id>.monitoring.<region>.vpce.amazonaws.com` (one label, also with
+/// its Availability Zone: `vpce-<id>-<az>.…`). Nothing else is signed for: the
+/// credentials' signature would go to whoever answers a look-alike.
 pub fn cloudwatch_region(host: &str) -> Option<&str> {
-    let rest = host.strip_prefix("monitoring.")?;
-    let region = rest
-        .strip_suffix(".amazonaws.com")
-        .or_else(|| rest.strip_suffix(".amazonaws.com.cn"))?;
-    let valid = !region.is_empty()
-        && region
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
-    valid.then_some(region)
+    let label = |l: &str| {
+        !l.is_empty()
+            && l.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    };
+    let in_region = |rest: &'_ str, domains: &[&str]| -> Option<usize> {
+        domains
+            .iter()
+            .find_map(|d| rest.strip_suffix(d))
+            .filter(|region| label(region))
+            .map(str::len)
+    };
+    let (rest, domains): (&str, &[&str]) = if let Some(rest) = host.strip_prefix("monitoring.") {
+        (rest, &[".amazonaws.com", ".amazonaws.com.cn"])
+    } else if let Some(rest) = host.strip_prefix("monitoring-fips.") {
+        (rest, &[".amazonaws.com"])
+    } else {
+        let (endpoint, rest) = host.split_once(".monitoring.")?;
+        if !(endpoint.starts_with("vpce-") && label(endpoint)) {
+            return None;
+        }
+        (rest, &[".vpce.amazonaws.com", ".vpce.amazonaws.com.cn"])
+    };
+    let len = in_region(rest, domains)?;
+    Some(&rest[..len])
 }
 
 /// `%XX` escapes decoded (the W3C Baggage form the specification names for these lists).
@@ -249,6 +270,25 @@ mod tests {
             cloudwatch_region("monitoring.cn-north-1.amazonaws.com.cn"),
             Some("cn-north-1")
         );
+        // FIPS, and an interface VPC endpoint's names (regional and zonal).
+        for (host, region) in [
+            ("monitoring-fips.us-gov-west-1.amazonaws.com", "us-gov-west-1"),
+            ("monitoring-fips.us-east-2.amazonaws.com", "us-east-2"),
+            (
+                "vpce-0123456789abcdef0-abcdefgh.monitoring.eu-west-1.vpce.amazonaws.com",
+                "eu-west-1",
+            ),
+            (
+                "vpce-0123456789abcdef0-abcdefgh-eu-west-1a.monitoring.eu-west-1.vpce.amazonaws.com",
+                "eu-west-1",
+            ),
+            (
+                "vpce-0a1b2c3d-xyz.monitoring.cn-north-1.vpce.amazonaws.com.cn",
+                "cn-north-1",
+            ),
+        ] {
+            assert_eq!(cloudwatch_region(host), Some(region), "{host}");
+        }
         for other in [
             "collector",
             "monitoring.amazonaws.com",
@@ -256,6 +296,14 @@ mod tests {
             "monitoring.us-east-1.amazonaws.com.evil.example",
             "monitoring.US-EAST-1.amazonaws.com",
             "xmonitoring.us-east-1.amazonaws.com",
+            "monitoring-fips.us-east-1.amazonaws.com.evil.example",
+            "monitoring-fips.cn-north-1.amazonaws.com.cn",
+            "evil.monitoring.us-east-1.vpce.amazonaws.com",
+            "vpce-1.evil.monitoring.us-east-1.vpce.amazonaws.com",
+            "vpce-1.monitoring.us-east-1.amazonaws.com",
+            "vpce-1.monitoring.us-east-1.vpce.amazonaws.com.evil.example",
+            "vpce-1.monitoring..vpce.amazonaws.com",
+            "monitoring.us-east-1.vpce.amazonaws.com",
         ] {
             assert_eq!(cloudwatch_region(other), None, "{other}");
         }
