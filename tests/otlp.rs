@@ -572,3 +572,76 @@ fn straight_to_cloudwatch_wrong_or_missing_credentials_are_named_and_cost_data_o
     run.expect_exit(0);
     assert_eq!(endpoint.collector.exports().len(), sent_before);
 }
+
+/// A container credentials endpoint (ECS's `AWS_CONTAINER_CREDENTIALS_FULL_URI`) on
+/// loopback that answers every ask only after `delay` (instance metadata behind a hop
+/// limit, or an STS call, can be as slow): the test's credentials, temporary, for an
+/// hour. Its port.
+fn slow_credentials(delay: Duration) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let out = std::process::Command::new("date")
+        .args(["-u", "-d", "+1 hour", "+%Y-%m-%dT%H:%M:%SZ"])
+        .output()
+        .expect("THIS TEST CANNOT RUN: no date (coreutils)");
+    let expiration = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let body = format!(
+        "{{\"AccessKeyId\":\"{KEY_ID}\",\"SecretAccessKey\":\"{SECRET}\",\
+         \"Token\":\"token-of-a-slow-source\",\"Expiration\":\"{expiration}\"}}"
+    );
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let body = body.clone();
+            std::thread::spawn(move || {
+                let mut head = [0u8; 4096];
+                let _ = stream.read(&mut head);
+                // The source's slowness: the fault under test, not synchronisation.
+                std::thread::sleep(delay);
+                let _ = write!(
+                    stream,
+                    "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                     Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+            });
+        }
+    });
+    port
+}
+
+#[test]
+fn straight_to_cloudwatch_a_slow_credential_source_is_named_and_its_credentials_still_arrive() {
+    if !signs_for_cloudwatch() {
+        return;
+    }
+    // Credentials that take 2 s to come, and exports every second with 0.8 s each: an
+    // ask of the credential chain bounded by the export's deadline would be cancelled
+    // every time and never succeed, and the line would blame the endpoint.
+    let endpoint = CloudWatchEndpoint::start();
+    let creds = format!(
+        "http://127.0.0.1:{}/creds",
+        slow_credentials(Duration::from_secs(2))
+    );
+    let mut run = endpoint.lifeguard(&[
+        ("AWS_CONTAINER_CREDENTIALS_FULL_URI", &creds),
+        ("OTEL_EXPORTER_OTLP_TIMEOUT", "800"),
+    ]);
+    let slow = run.expect_log("no AWS credentials yet within");
+    assert!(
+        slow.contains("the credential chain") && slow.contains("still asked"),
+        "{slow}"
+    );
+    // The ask outlives the export that started it: the exports after it are signed with
+    // what it brought, and botocore finds the signature right.
+    let export = endpoint
+        .collector
+        .wait_for(Duration::from_secs(20), |e| e["sigv4"] == "verified");
+    assert_eq!(
+        export["headers"]["x-amz-security-token"],
+        "token-of-a-slow-source"
+    );
+    run.signal(libc::SIGTERM);
+    run.expect_exit(0);
+}

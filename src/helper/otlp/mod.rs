@@ -124,8 +124,9 @@ impl Put for Exporter {
         #[cfg(feature = "cloudwatch-api")]
         let signer = self.signer.clone();
         Box::pin(async move {
-            // The signature (and the credentials it needs) and the answer share one
-            // deadline: the call is bounded as a whole.
+            // The signature and the answer share one deadline: the call is bounded as a
+            // whole. The credentials it needs are asked for apart, within a bound of
+            // their own that a late export does not cut (sigv4::CREDENTIALS_LIMIT).
             let deadline = tokio::time::Instant::now() + timeout;
             let late = || {
                 let within = crate::seconds::human(timeout);
@@ -139,7 +140,21 @@ impl Put for Exporter {
                 Some(signer) => {
                     let signing = signer.export_headers(&endpoint, &user, CONTENT_TYPE, &body);
                     match tokio::time::timeout_at(deadline, signing).await {
-                        Err(_) => return Err(late()),
+                        // Signing is quick: what it waited on was the credentials.
+                        Err(_) => {
+                            return Err((
+                                Outcome::Timeout,
+                                format!(
+                                    "no AWS credentials yet within {}: the credential chain \
+                                     (environment, profile, web identity, ECS container \
+                                     credentials, instance metadata) is slow to answer; it \
+                                     is still asked, for up to {}, and the next export uses \
+                                     what it gives",
+                                    crate::seconds::human(timeout),
+                                    crate::seconds::human(sigv4::CREDENTIALS_LIMIT)
+                                ),
+                            ))
+                        }
                         Ok(Err(reason)) => return Err((Outcome::Error, reason)),
                         Ok(Ok(headers)) => (headers, true),
                     }

@@ -4,6 +4,7 @@
 //! Full build only.
 #![forbid(unsafe_code)]
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use aws_credential_types::provider::ProvideCredentials;
@@ -12,11 +13,18 @@ use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettin
 use aws_sigv4::sign::v4::SigningParams;
 
 use crate::helper::cloudwatch::client;
+use crate::helper::threads;
 
 /// Credentials are asked for again this long before they expire (the SDK's own cache
 /// refreshes within the same margin), so a request is never signed with ones about to
 /// lapse in flight.
 const REFRESH_MARGIN: Duration = Duration::from_secs(5 * 60);
+
+/// How long one ask of the credential chain may take, apart from any export's deadline:
+/// instance metadata behind a hop limit, an STS call or a slow container credentials
+/// endpoint can take longer than a 1-second interval's export, and an ask cancelled with
+/// every export would never succeed. The chain's own sources time out within it.
+pub const CREDENTIALS_LIMIT: Duration = Duration::from_secs(10);
 
 /// The signing service name CloudWatch's OTLP endpoint checks.
 pub const SERVICE: &str = "monitoring";
@@ -24,41 +32,66 @@ pub const SERVICE: &str = "monitoring";
 /// Signs exports for one region, keeping the credentials between them.
 pub struct Signer {
     region: String,
+    shared: Arc<Shared>,
+}
+
+/// What the exports and the one ask of the chain under way share.
+struct Shared {
     chain: aws_config::default_provider::credentials::DefaultCredentialsChain,
-    cached: tokio::sync::Mutex<Option<Credentials>>,
+    kept: std::sync::Mutex<Kept>,
+    /// Rung when an ask of the chain ends, with credentials or without.
+    done: tokio::sync::Notify,
+}
+
+#[derive(Default)]
+struct Kept {
+    credentials: Option<Credentials>,
+    asking: bool,
+    /// Why the last ask gave none, for the export waiting on it (said once).
+    failed: Option<String>,
 }
 
 impl Signer {
     pub async fn new(region: &str) -> Signer {
         Signer {
             region: region.to_string(),
-            chain: client::credentials().await,
-            cached: tokio::sync::Mutex::new(None),
+            shared: Arc::new(Shared {
+                chain: client::credentials().await,
+                kept: std::sync::Mutex::new(Kept::default()),
+                done: tokio::sync::Notify::new(),
+            }),
         }
     }
 
-    /// Credentials that hold for a while yet: the kept ones, or new ones from the chain.
-    /// A failure is one line naming the cause (no credentials: which sources were tried
+    /// Credentials that hold for a while yet: the kept ones, or new ones from the chain,
+    /// asked in a task of its own bounded by `CREDENTIALS_LIMIT`, which an export that
+    /// gives up waiting does not cancel (the next export finds what it brought). A
+    /// failure is one line naming the cause (no credentials: which sources were tried
     /// and what to set).
     async fn credentials(&self) -> Result<Credentials, String> {
-        let mut cached = self.cached.lock().await;
         let fresh = |c: &Credentials| {
             c.expiry()
                 .is_none_or(|at| at > SystemTime::now() + REFRESH_MARGIN)
         };
-        if let Some(kept) = cached.as_ref().filter(|c| fresh(c)) {
-            return Ok(kept.clone());
-        }
-        match self.chain.provide_credentials().await {
-            Ok(found) => {
-                *cached = Some(found.clone());
-                Ok(found)
+        loop {
+            // Listening before looking, so an ask that ends in between is not missed.
+            let done = self.shared.done.notified();
+            tokio::pin!(done);
+            done.as_mut().enable();
+            {
+                let mut kept = self.shared.kept.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(ready) = kept.credentials.as_ref().filter(|c| fresh(c)) {
+                    return Ok(ready.clone());
+                }
+                if let Some(why) = kept.failed.take() {
+                    return Err(why);
+                }
+                if !kept.asking {
+                    kept.asking = true;
+                    threads::spawn(ask(self.shared.clone()));
+                }
             }
-            Err(e) => {
-                let text = aws_sdk_cloudwatch::error::DisplayErrorContext(&e).to_string();
-                Err(client::no_credentials(&text)
-                    .unwrap_or_else(|| format!("AWS credentials: {}", text.replace('\n', "; "))))
-            }
+            done.await;
         }
     }
 
@@ -102,6 +135,35 @@ impl Signer {
             body,
         )
     }
+}
+
+/// One ask of the credential chain, within `CREDENTIALS_LIMIT`; what it found (or why
+/// not) kept for the exports, which it then wakes.
+async fn ask(shared: Arc<Shared>) {
+    let asked = tokio::time::timeout(CREDENTIALS_LIMIT, shared.chain.provide_credentials()).await;
+    {
+        let mut kept = shared.kept.lock().unwrap_or_else(|e| e.into_inner());
+        kept.asking = false;
+        match asked {
+            Ok(Ok(found)) => kept.credentials = Some(found),
+            Ok(Err(e)) => {
+                let text = aws_sdk_cloudwatch::error::DisplayErrorContext(&e).to_string();
+                kept.failed =
+                    Some(client::no_credentials(&text).unwrap_or_else(|| {
+                        format!("AWS credentials: {}", text.replace('\n', "; "))
+                    }));
+            }
+            Err(_) => {
+                kept.failed = Some(format!(
+                    "AWS credentials: the credential chain (environment, profile, web \
+                     identity, ECS container credentials, instance metadata) gave none within \
+                     {}",
+                    crate::seconds::human(CREDENTIALS_LIMIT)
+                ))
+            }
+        }
+    }
+    shared.done.notify_waiters();
 }
 
 /// SigV4's headers for a request of these parts, signed at `time`. `headers` are the
