@@ -74,7 +74,7 @@ timed() {
 report() {
   local status=$?
   echo
-  echo "scripts/test.sh: where the time went (wall clock; the build phases overlap the native suite)"
+  echo "scripts/test.sh: where the time went (wall clock; phases that start together ran side by side)"
   awk -F'\t' -v t0="$started" -v now="$(date +%s.%N)" -v status="$status" '
     function mmss(s) { return sprintf("%2d:%02d", int(s / 60), int(s % 60)) }
     { printf "  %-22s from %s  %6.0f s  %s\n", $1, mmss($2 - t0), $3 - $2, ($4 == 0 ? "ok" : "FAILED (" $4 ")") }
