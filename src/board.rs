@@ -516,6 +516,10 @@ impl HelperBoard {
         };
         if self.word(HELPER_HUNG) != word {
             self.words[HELPER_HUNG].store(word, Ordering::Release);
+            // Supervision acts on it at once (it kills a helper that says it hangs).
+            if hung {
+                self.supervisor_bell.ring();
+            }
         }
     }
 

@@ -213,6 +213,27 @@ impl Keeper {
         }
     }
 
+    /// Helper `pid` has said itself that one of its threads hangs (on the Board, before
+    /// it stopped beating): killed now, without waiting out `HUNG` of silence. Nothing
+    /// if `pid` is not the helper that is up.
+    pub fn said_hung(&mut self, pid: i32, last_beat: Option<Instant>, now: Instant) -> Option<Do> {
+        let State::Up { pid: up, since } = self.state else {
+            return None;
+        };
+        (up == pid).then(|| {
+            let beat = last_beat.map_or(since, |b| b.max(since));
+            self.state = State::Killed {
+                pid,
+                restart: Some(since),
+                at: now,
+            };
+            Do::Kill {
+                pid,
+                hung_for: Some(now.saturating_duration_since(beat)),
+            }
+        })
+    }
+
     /// The helper `tick` just called hung has a beating thread that waits for the CPU:
     /// starved at the peak (its cgroup at its quota), not hung. A new process would wait
     /// alike, spend the quota on starting and lose the sampler's state, so it is kept,
@@ -469,6 +490,34 @@ mod tests {
                 pause: FIRST_PAUSE,
                 tell: true
             }
+        );
+    }
+
+    #[test]
+    fn a_helper_that_says_it_hangs_is_killed_at_once_and_started_again() {
+        let t0 = Instant::now();
+        let mut k = Keeper::new(true, false, t0);
+        k.tick(None, t0, ZERO);
+        k.started(7, t0);
+        let beat = t0 + Duration::from_secs(4);
+        // Another pid's verdict (a helper already replaced) says nothing of this one.
+        assert_eq!(k.said_hung(6, Some(beat), beat + ms(1)), None);
+        assert!(k.is_up());
+        // Its own: killed now, long before HUNG of silence, and started again once reaped.
+        let now = beat + Duration::from_secs(1);
+        assert_eq!(
+            k.said_hung(7, Some(beat), now),
+            Some(Do::Kill {
+                pid: 7,
+                hung_for: Some(Duration::from_secs(1))
+            })
+        );
+        assert!(!k.is_up());
+        assert_eq!(k.said_hung(7, Some(beat), now), None, "killed once");
+        let death = k.exited(7, now + ms(1)).unwrap().unwrap();
+        assert_eq!(
+            k.tick(None, now + ms(1) + death.pause, ZERO),
+            Some(Do::Start)
         );
     }
 

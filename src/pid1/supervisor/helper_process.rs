@@ -27,7 +27,13 @@ impl<S: Sys> Supervisor<S> {
             self.spared_since = None;
             self.starved_from = None;
         }
-        if let Some(what) = self.keeper.tick(last_beat, now, late) {
+        // A helper that has said it hangs goes at once: its verdict is its own, and the
+        // silence that follows would only add `keeper::HUNG` to the time without
+        // sampler, publishers or endpoint (at the peak, where they matter).
+        let said_hung = (self.keeper.pid())
+            .filter(|&pid| self.board.helper_says_hung(pid))
+            .and_then(|pid| self.keeper.said_hung(pid, last_beat, now));
+        if let Some(what) = said_hung.or_else(|| self.keeper.tick(last_beat, now, late)) {
             if let Do::Kill {
                 pid,
                 hung_for: Some(silent),
