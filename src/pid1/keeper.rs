@@ -194,19 +194,9 @@ impl Keeper {
                 None
             }
             State::Up { pid, since } => {
-                let beat = last_beat.map_or(since, |b| b.max(since));
-                let silent = now.saturating_duration_since(beat);
-                (silent >= HUNG).then(|| {
-                    self.state = State::Killed {
-                        pid,
-                        restart: Some(since),
-                        at: now,
-                    };
-                    Do::Kill {
-                        pid,
-                        hung_for: Some(silent),
-                    }
-                })
+                let silent =
+                    now.saturating_duration_since(last_beat.map_or(since, |b| b.max(since)));
+                (silent >= HUNG).then(|| self.kill_hung(pid, since, silent, now))
             }
             State::Leaving { pid, kill_at } if now >= kill_at => self.kill_for_good(pid, now),
             _ => None,
@@ -220,18 +210,22 @@ impl Keeper {
         let State::Up { pid: up, since } = self.state else {
             return None;
         };
-        (up == pid).then(|| {
-            let beat = last_beat.map_or(since, |b| b.max(since));
-            self.state = State::Killed {
-                pid,
-                restart: Some(since),
-                at: now,
-            };
-            Do::Kill {
-                pid,
-                hung_for: Some(now.saturating_duration_since(beat)),
-            }
-        })
+        let silent = now.saturating_duration_since(last_beat.map_or(since, |b| b.max(since)));
+        (up == pid).then(|| self.kill_hung(pid, since, silent, now))
+    }
+
+    /// Helper `pid`, up since `since` and silent for `silent`, is hung: killed, and
+    /// started again once reaped.
+    fn kill_hung(&mut self, pid: i32, since: Instant, silent: Duration, now: Instant) -> Do {
+        self.state = State::Killed {
+            pid,
+            restart: Some(since),
+            at: now,
+        };
+        Do::Kill {
+            pid,
+            hung_for: Some(silent),
+        }
     }
 
     /// The helper `tick` just called hung has a beating thread that waits for the CPU:
