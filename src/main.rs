@@ -51,7 +51,7 @@ fn run() -> anyhow::Result<ExitCode> {
         .filter_map(|(name, _)| name.into_string().ok())
         .filter(|name| name.starts_with("LIFEGUARD_"))
         .collect();
-    // One closure for every lookup: each closure type would be compiled again.
+    // The process environment, for the command line and for where lifeguard runs.
     let lookup = |name: &str| std::env::var(name).ok();
     let run = match cli::parse(std::env::args_os(), lookup, &twins, engine(&lookup)) {
         Parsed::Run(run) => run,

@@ -85,12 +85,12 @@ impl Engine {
         matches!(self, Engine::Docker | Engine::Podman)
     }
 
-    /// The command whose stop a plain engine's defaults fit.
+    /// The command whose stop a plain engine's defaults fit. Asked of a plain engine
+    /// only (`plain`): ECS and Kubernetes stop containers with timeouts of their own.
     pub fn command(self) -> &'static str {
         match self {
-            Engine::Docker | Engine::Ecs => "docker",
             Engine::Podman => "podman",
-            Engine::Kubernetes => "kubectl",
+            Engine::Docker | Engine::Ecs | Engine::Kubernetes => "docker",
         }
     }
 }

@@ -86,7 +86,7 @@ pub fn run(settings: Mirror) -> anyhow::Result<ExitCode> {
         if logging::pending() {
             timeout = Some(timeout.map_or(PENDING_LOG, |t| t.min(PENDING_LOG)));
         }
-        let (signalled, listening, ready) = table.wait(&inbox, &listeners, timeout)?;
+        let (signalled, listening, ready) = table.wait(&inbox, &listeners, now, timeout)?;
         let now = Instant::now();
         if signalled {
             inbox.take_all(&mut signals).context("reading signals")?;
@@ -353,13 +353,14 @@ impl Table {
         self.accepts_rest_until.is_none_or(|until| now >= until)
     }
 
-    /// The loop's one wait: the signalfd, the listeners, the connections. Returns
-    /// whether signals wait, which listeners have connections queued, and each
-    /// connection's readiness.
+    /// The loop's one wait: the signalfd, the listeners (not while accepting rests at
+    /// `now`), the connections. Returns whether signals wait, which listeners have
+    /// connections queued, and each connection's readiness.
     fn wait(
         &self,
         inbox: &kernel::SignalInbox,
         listeners: &[TcpListener],
+        now: Instant,
         timeout: Option<Duration>,
     ) -> anyhow::Result<(bool, Vec<bool>, Vec<PollFlags>)> {
         let timeout = match timeout {
@@ -370,7 +371,7 @@ impl Table {
         };
         let mut fds = Vec::with_capacity(1 + listeners.len() + self.conns.len());
         fds.push(PollFd::new(inbox.as_fd(), PollFlags::POLLIN));
-        let listen = if self.accepting(Instant::now()) {
+        let listen = if self.accepting(now) {
             PollFlags::POLLIN
         } else {
             PollFlags::empty()

@@ -169,7 +169,7 @@ impl Keeper {
     /// (the Board gives none that lies in the future).
     pub fn deadline(&self, last_beat: Option<Instant>) -> Option<Instant> {
         match self.state {
-            State::Up { since, .. } => Some(last_beat.map_or(since, |b| b.max(since)) + HUNG),
+            State::Up { since, .. } => Some(last_sign(since, last_beat) + HUNG),
             State::Down { at } => Some(at),
             State::Leaving { kill_at, .. } => Some(kill_at),
             State::Killed {
@@ -194,8 +194,7 @@ impl Keeper {
                 None
             }
             State::Up { pid, since } => {
-                let silent =
-                    now.saturating_duration_since(last_beat.map_or(since, |b| b.max(since)));
+                let silent = now.saturating_duration_since(last_sign(since, last_beat));
                 (silent >= HUNG).then(|| self.kill_hung(pid, since, silent, now))
             }
             State::Leaving { pid, kill_at } if now >= kill_at => self.kill_for_good(pid, now),
@@ -210,7 +209,7 @@ impl Keeper {
         let State::Up { pid: up, since } = self.state else {
             return None;
         };
-        let silent = now.saturating_duration_since(last_beat.map_or(since, |b| b.max(since)));
+        let silent = now.saturating_duration_since(last_sign(since, last_beat));
         (up == pid).then(|| self.kill_hung(pid, since, silent, now))
     }
 
@@ -357,6 +356,12 @@ impl Keeper {
         self.pause = (self.pause * 2).min(MAX_PAUSE);
         death
     }
+}
+
+/// The helper's last sign of life: its last beat, or its start (`since`) if it has not
+/// beaten since then.
+fn last_sign(since: Instant, last_beat: Option<Instant>) -> Instant {
+    last_beat.map_or(since, |b| b.max(since))
 }
 
 #[cfg(test)]
