@@ -155,10 +155,6 @@ pub fn run(plan: &Plan, board: HelperBoard) -> Infallible {
             Some((helper, why)) => {
                 // A starved thread is not restarted: a new process would wait for the CPU
                 // alike, spend it on starting, and lose the sampler's state at the peak.
-                // A hung one is said on the Board before the heartbeat stops, so that
-                // supervision, which sees only this thread from outside (at the peak as
-                // starved as any), never spares the helper for it.
-                desk.board.say_hung(why.hung());
                 if !why.hung() {
                     desk.board.beat();
                 }
@@ -180,7 +176,16 @@ pub fn run(plan: &Plan, board: HelperBoard) -> Infallible {
                         why.why()
                     );
                     logging::log(level, line, &[]);
+                    if why.hung() {
+                        // Out before the verdict below: supervision kills this process
+                        // the moment it reads it, and the line is the why of that kill.
+                        logging::flush(Duration::from_millis(500));
+                    }
                 }
+                // A hung thread is said on the Board (the heartbeat stops with it), so
+                // that supervision, which sees only this thread from outside (at the peak
+                // as starved as any), never spares the helper for it.
+                desk.board.say_hung(why.hung());
             }
         }
         wait_for(&desk.board.helper_bell, BEAT_EVERY);
